@@ -1,0 +1,41 @@
+"""The `repro` command: click wiring only. Each area registers its commands from its own file."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from harness import __version__
+from harness.cli import capacity, dataset, launch, regress, report, sweep
+from harness.errors import ReproError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="repro")
+def cli() -> None:
+    """Reproduce and watch vLLM's Hybrid HiSparse result (GLM 5.3, 8xH200, OpenHands 13 turns).
+
+    Flow: profile -> build -> server -> dataset -> sweep points -> /metrics samples ->
+    metrics -> figures/dashboards -> compare/regress.
+    """
+
+
+for area in (launch, dataset, sweep, report, capacity, regress):
+    area.register(cli)
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except ReproError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)

@@ -1,0 +1,33 @@
+"""Where things live: the repository's data folders and the cache (REPRO_CACHE)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LAUNCH_DIR = REPO_ROOT / "launch"
+PROFILES_DIR = LAUNCH_DIR / "profiles"
+BUILDS_FILE = LAUNCH_DIR / "builds.yaml"
+MODELS_DIR = LAUNCH_DIR / "models"
+CLAIMS_DIR = LAUNCH_DIR / "claims"
+DATASETS_DIR = REPO_ROOT / "datasets"
+
+
+def cache_dir() -> Path:
+    """Root of everything heavy and re-creatable: build venvs, tiny models, compile caches."""
+    root = os.environ.get("REPRO_CACHE")
+    path = Path(root).expanduser() if root else Path.home() / ".cache" / "repro"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def results_dir() -> Path:
+    """Default parent of run directories (override with REPRO_RESULTS or --out)."""
+    root = os.environ.get("REPRO_RESULTS")
+    return Path(root).expanduser() if root else REPO_ROOT / "results"
+
+
+def dashboards_dir() -> Path:
+    root = os.environ.get("REPRO_DASHBOARDS")
+    return Path(root).expanduser() if root else REPO_ROOT / "dashboards"

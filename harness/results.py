@@ -1,0 +1,391 @@
+"""Typed, versioned result records and the on-disk layout of a run.
+
+Every stage talks through these records, never through another stage's internals.
+The file system is the database:
+
+    results/<run-id>/
+        manifest.json          RunManifest (what was run, with what, where, when)
+        server.log             the vLLM server's output (engine=vllm only)
+        summary.json           RunSummary (one row per point, written after every point)
+        summary.csv            the same rows, flat
+        points/<point-id>/
+            point.json         PointRecord (written last: its presence means "finished")
+            samples.csv        scraped /metrics samples: timestamp,monotonic,name,labels,value
+            evalscope/         EvalScope's own outputs for this point
+            client.log         EvalScope's stdout/stderr
+
+Records are written atomically (temp file + rename), so a crash never leaves half a file.
+Readers accept the current schema version and reject others with a message naming the file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.errors import RunError
+
+RUN_SCHEMA = "repro.run/1"
+POINT_SCHEMA = "repro.point/1"
+SUMMARY_SCHEMA = "repro.summary/1"
+
+
+# --------------------------------------------------------------------------- metric catalogue
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """How to show and judge one derived per-point metric."""
+
+    label: str
+    unit: str
+    better: Literal["higher", "lower"] | None  # None: informational, no direction
+    description: str
+
+
+METRICS: dict[str, MetricSpec] = {
+    "occupancy": MetricSpec(
+        "Mean requests running", "requests", "higher",
+        "Mean of the non-zero vllm:num_requests_running samples, summed over engines (blog).",
+    ),
+    "interactivity": MetricSpec(
+        "Interactivity", "tok/s/user", "higher", "1000 / EvalScope mean TPOT (ms) (blog).",
+    ),
+    "throughput_per_gpu": MetricSpec(
+        "Total-token throughput per GPU", "tok/s/GPU", "higher",
+        "EvalScope Total Throughput / GPUs; includes prefix-cached prompt tokens (blog).",
+    ),
+    "output_throughput_per_gpu": MetricSpec(
+        "Output throughput per GPU", "tok/s/GPU", "higher",
+        "EvalScope Output Throughput / GPUs (vllm bench sweep's y axis).",
+    ),
+    "output_tps_per_user": MetricSpec(
+        "Output tok/s per user", "tok/s/user", "higher",
+        "EvalScope Output Throughput / configured concurrency (vllm bench sweep's x axis).",
+    ),
+    "request_throughput": MetricSpec("Request throughput", "req/s", "higher", "EvalScope."),
+    "mean_tpot_ms": MetricSpec("Mean TPOT", "ms", "lower", "EvalScope mean TPOT."),
+    "mean_ttft_ms": MetricSpec("Mean TTFT", "ms", "lower", "EvalScope mean TTFT."),
+    "p99_ttft_ms": MetricSpec("P99 TTFT", "ms", "lower", "EvalScope 99th percentile TTFT."),
+    "p99_tpot_ms": MetricSpec("P99 TPOT", "ms", "lower", "EvalScope 99th percentile TPOT."),
+    "mean_itl_ms": MetricSpec("Mean ITL", "ms", "lower", "EvalScope mean ITL."),
+    "server_tpot_ms": MetricSpec(
+        "Server mean TPOT", "ms", "lower",
+        "Delta of vllm:request_time_per_output_token_seconds sum/count over the point.",
+    ),
+    "mtp_acceptance_length": MetricSpec(
+        "MTP acceptance length", "tokens/step", "higher",
+        "1 + delta accepted tokens / delta drafts (server counters); null without spec decode.",
+    ),
+    "spec_acceptance_rate": MetricSpec(
+        "Draft acceptance rate", "fraction", "higher", "delta accepted / delta draft tokens.",
+    ),
+    "preemptions": MetricSpec(
+        "Preemptions", "count", "lower", "Delta of vllm:num_preemptions_total over the point.",
+    ),
+    "waiting_mean": MetricSpec(
+        "Mean requests waiting", "requests", "lower", "Mean of vllm:num_requests_waiting.",
+    ),
+    "waiting_max": MetricSpec(
+        "Max requests waiting", "requests", "lower", "Max of vllm:num_requests_waiting.",
+    ),
+    "kv_cache_usage_mean": MetricSpec(
+        "Mean KV-cache usage", "fraction", None, "Mean of vllm:kv_cache_usage_perc (max over engines).",
+    ),
+    "kv_cache_usage_max": MetricSpec(
+        "Max KV-cache usage", "fraction", None, "Max of vllm:kv_cache_usage_perc.",
+    ),
+    "prefix_cache_hit_rate": MetricSpec(
+        "Prefix-cache hit rate (server)", "fraction", "higher",
+        "delta vllm:prefix_cache_hits / delta vllm:prefix_cache_queries.",
+    ),
+    "client_kv_cache_hit_rate": MetricSpec(
+        "KV-cache hit rate (client estimate)", "fraction", None, "EvalScope's estimate / 100.",
+    ),
+    "client_in_flight_mean": MetricSpec(
+        "Mean requests in flight (client)", "requests", None,
+        "Time-weighted in-flight requests from EvalScope's sqlite, over the point window.",
+    ),
+    "hisparse_hit_rate": MetricSpec(
+        "HiSparse hot-buffer hit rate", "fraction", "higher",
+        "delta hits / (delta hits + delta misses), when the connector exports it.",
+    ),
+    "hisparse_h2d_gib": MetricSpec(
+        "HiSparse host-to-device traffic", "GiB", None, "delta vllm:hisparse_host_to_device_bytes.",
+    ),
+    "offload_load_gib": MetricSpec(
+        "Offload loads (CPU to GPU)", "GiB", None, "delta of the OffloadingConnector load bytes.",
+    ),
+    "offload_store_gib": MetricSpec(
+        "Offload stores (GPU to CPU)", "GiB", None, "delta of the OffloadingConnector store bytes.",
+    ),
+    "duration_s": MetricSpec("Point duration", "s", None, "EvalScope Test Duration."),
+}
+
+
+# --------------------------------------------------------------------------- records
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ClientSummary(_Record):
+    """EvalScope's benchmark_summary.json, normalised across key spellings (1.7 and >= 1.10)."""
+
+    total_requests: int
+    success_requests: int
+    failed_requests: int
+    duration_s: float
+    concurrency: int
+    request_throughput: float | None = None
+    output_throughput: float | None = None
+    total_throughput: float | None = None
+    mean_latency_s: float | None = None
+    mean_ttft_ms: float | None = None
+    mean_tpot_ms: float | None = None
+    mean_itl_ms: float | None = None
+    avg_input_tokens: float | None = None
+    avg_output_tokens: float | None = None
+    kv_cache_hit_rate_pct: float | None = None
+    decoded_tok_per_iter: float | None = None
+    raw: dict[str, Any] = Field(default_factory=dict)  # the file as EvalScope wrote it
+
+
+class PointRecord(_Record):
+    """One sweep point: what was asked, what the client saw, what the server reported."""
+
+    schema_version: Literal["repro.point/1"] = POINT_SCHEMA
+    point_id: str  # directory name, e.g. "p008-n0016-r0"
+    label: str  # figure label, e.g. "c8"
+    parallel: int
+    number: int  # conversations
+    repeat: int = 0
+    dataset_offset: int  # the value passed to --dataset-offset
+    conversations: list[int]  # dataset indices this point replays (EvalScope rotation)
+    turns: int
+    expected_requests: int  # conversations x turns
+    started_at: float  # epoch s, child process start
+    ended_at: float  # epoch s, child process exit
+    window: tuple[float, float]  # epoch s, scrape window (first request .. last response)
+    valid: bool
+    invalid_reasons: list[str] = Field(default_factory=list)
+    client: ClientSummary | None = None
+    metrics: dict[str, float | None] = Field(default_factory=dict)  # keys from METRICS
+    samples: int = 0  # scrapes that succeeded in the window
+    scrape_gaps: int = 0  # scrapes that failed or timed out
+    client_command: list[str] = Field(default_factory=list)
+    client_exit_code: int | None = None
+    overhead_s: float | None = None  # child wall time not spent serving requests
+    server_restarts: int = 0  # counter resets seen in the window
+    fidelity: dict[str, Any] = Field(default_factory=dict)  # workload fidelity checks
+    notes: list[str] = Field(default_factory=list)
+
+
+class RunManifest(_Record):
+    """Everything needed to know what a run was, and to redo it."""
+
+    schema_version: Literal["repro.run/1"] = RUN_SCHEMA
+    run_id: str
+    status: Literal["running", "complete", "partial", "failed"]
+    created_at: float
+    finished_at: float | None = None
+    harness_version: str
+    engine: Literal["vllm", "url"]
+    base_url: str
+    profile_name: str
+    profile: dict[str, Any]  # fully resolved profile (after extends and overrides)
+    overrides: list[str] = Field(default_factory=list)  # --set KEY=VALUE, as given
+    gpus: int  # divisor for per-GPU figures (max(profile.gpus, 1))
+    serve_command: list[str] | None = None
+    build: dict[str, Any] | None = None  # build provenance
+    launch: dict[str, Any] | None = None  # launch provenance (env, host, KV capacity lines)
+    dataset: dict[str, Any]  # at least path, sha256; plus the dataset manifest summary
+    workload_key: str  # hash of what must match for two runs to be comparable
+    client: dict[str, Any]  # name, version, command template
+    host: dict[str, Any] = Field(default_factory=dict)
+    sweep: dict[str, Any]  # resolved sweep spec
+    planned_points: list[str] = Field(default_factory=list)
+    repeats: int = 1
+    notes: list[str] = Field(default_factory=list)
+
+
+class RunSummary(_Record):
+    schema_version: Literal["repro.summary/1"] = SUMMARY_SCHEMA
+    run_id: str
+    rows: list[dict[str, Any]]  # one per point: ids, validity, every METRICS key
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temp file in the same folder and rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json")
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def rows_to_csv(rows: list[dict[str, Any]]) -> str:
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(key for key in row if key not in columns)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buffer.getvalue()
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def point_id(parallel: int, number: int, repeat: int = 0) -> str:
+    return f"p{parallel:03d}-n{number:04d}-r{repeat}"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Paths inside one run directory."""
+
+    root: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def server_log(self) -> Path:
+        return self.root / "server.log"
+
+    @property
+    def summary_json(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def summary_csv(self) -> Path:
+        return self.root / "summary.csv"
+
+    @property
+    def points_dir(self) -> Path:
+        return self.root / "points"
+
+    @property
+    def figures_dir(self) -> Path:
+        return self.root / "figures"
+
+    def point_dir(self, pid: str) -> Path:
+        return self.points_dir / pid
+
+    def point_json(self, pid: str) -> Path:
+        return self.point_dir(pid) / "point.json"
+
+    def samples_csv(self, pid: str) -> Path:
+        return self.point_dir(pid) / "samples.csv"
+
+    def evalscope_dir(self, pid: str) -> Path:
+        return self.point_dir(pid) / "evalscope"
+
+
+def summary_row(point: PointRecord) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "point_id": point.point_id,
+        "label": point.label,
+        "parallel": point.parallel,
+        "number": point.number,
+        "repeat": point.repeat,
+        "valid": point.valid,
+        "invalid_reasons": "; ".join(point.invalid_reasons),
+        "samples": point.samples,
+    }
+    for key in METRICS:
+        row[key] = point.metrics.get(key)
+    return row
+
+
+def write_summary(layout: RunLayout, run_id: str, points: list[PointRecord]) -> RunSummary:
+    rows = [summary_row(p) for p in sorted(points, key=lambda p: (p.parallel, p.number, p.repeat))]
+    summary = RunSummary(run_id=run_id, rows=rows)
+    atomic_write_json(layout.summary_json, summary)
+    atomic_write_text(layout.summary_csv, rows_to_csv(rows))
+    return summary
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _read_model(path: Path, model: type[BaseModel]) -> Any:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunError(f"{path}: missing") from None
+    except json.JSONDecodeError as exc:
+        raise RunError(f"{path}: not valid JSON ({exc})") from None
+    expected = model.model_fields["schema_version"].default
+    found = data.get("schema_version") if isinstance(data, dict) else None
+    if found != expected:
+        raise RunError(f"{path}: schema_version {found!r}, this harness reads {expected!r}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise RunError(f"{path}: key {where!r}: {first['msg']}") from None
+
+
+def read_manifest(run_dir: Path) -> RunManifest:
+    return _read_model(RunLayout(Path(run_dir)).manifest, RunManifest)
+
+
+def read_point(path: Path) -> PointRecord:
+    return _read_model(path, PointRecord)
+
+
+@dataclass
+class Run:
+    """A run directory loaded for analysis: its manifest and its finished points."""
+
+    root: Path
+    manifest: RunManifest
+    points: list[PointRecord]
+
+    @property
+    def name(self) -> str:
+        return self.manifest.run_id
+
+    def valid_points(self) -> list[PointRecord]:
+        return [p for p in self.points if p.valid]
+
+
+def load_run(run_dir: Path | str) -> Run:
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise RunError(f"{root}: not a run directory")
+    layout = RunLayout(root)
+    manifest = read_manifest(root)
+    points = [read_point(p) for p in sorted(layout.points_dir.glob("*/point.json"))]
+    points.sort(key=lambda p: (p.parallel, p.number, p.repeat))
+    return Run(root=root, manifest=manifest, points=points)
