@@ -1,0 +1,44 @@
+"""Tiny local models and tokenizer: deterministic, built on this machine, never from a hub.
+
+`tiny:tokenizer` and `tiny:<model>` specs resolve to directories under `cache_dir()`; they are
+built on first use (file-locked, atomic) and reused after, keyed by a hash of their inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from harness.errors import ConfigError
+from harness.paths import cache_dir
+from harness.tiny.cache import ensure_entry
+from harness.tiny.tokenizer import build_tokenizer, provenance
+
+TINY_PREFIX = "tiny:"
+TOKENIZER_SPEC = "tiny:tokenizer"
+
+
+def tokenizer_cache_key() -> str:
+    """Hash of everything the tokenizer's bytes depend on (builder source, Python, stdlib files)."""
+    blob = json.dumps(provenance(), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def ensure_tokenizer() -> Path:
+    """The cached tiny tokenizer directory, built on first use."""
+    entry = cache_dir() / "tokenizers" / f"tiny-{tokenizer_cache_key()}"
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    return ensure_entry(entry, lambda tmp: build_tokenizer(tmp))
+
+
+def resolve_tokenizer(spec: str) -> Path:
+    """`tiny:tokenizer` -> the cached tiny tokenizer dir; any other spec is a local path."""
+    if spec == TOKENIZER_SPEC:
+        return ensure_tokenizer()
+    if spec.startswith(TINY_PREFIX):
+        raise ConfigError(f"unknown tiny tokenizer {spec!r}; the only one is {TOKENIZER_SPEC!r}")
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise ConfigError(f"tokenizer path {spec!r} does not exist")
+    return path
