@@ -1,0 +1,148 @@
+"""Background poller of a vLLM server's Prometheus `/metrics` endpoint.
+
+Parsing is prometheus_client's (`text_string_to_metric_families`), never by hand.  Every sample
+keeps its *sample* name (counters keep `_total`, see pitfalls.md), its labels, the epoch time and
+the monotonic time of the scrape — the monotonic clock is what EvalScope's sqlite uses
+(`time.perf_counter()` is CLOCK_MONOTONIC on Linux), so requests and samples join exactly.
+
+A scrape that fails, returns non-200 or exceeds its timeout is recorded as a gap; it never raises
+into the point that is being measured.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+SAMPLE_COLUMNS = ("timestamp", "monotonic", "name", "labels", "value")
+KEEP_PREFIX = "vllm:"
+
+
+@dataclass(frozen=True)
+class Sample:
+    timestamp: float  # epoch s (time.time()) when the scrape's response arrived
+    monotonic: float  # time.monotonic() at the same instant
+    name: str  # sample name as exposed, e.g. "vllm:num_preemptions_total"
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass
+class Gap:
+    timestamp: float
+    monotonic: float
+    reason: str
+
+
+def parse_metrics(text: str, *, timestamp: float, monotonic: float) -> list[Sample]:
+    """Samples of the `vllm:` families; `_created` samples are dropped (they are not data)."""
+    out: list[Sample] = []
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not sample.name.startswith(KEEP_PREFIX) or sample.name.endswith("_created"):
+                continue
+            out.append(Sample(timestamp, monotonic, sample.name, dict(sample.labels),
+                              float(sample.value)))
+    return out
+
+
+@dataclass
+class Scraper:
+    """Polls `metrics_url` every `interval_s` seconds in a daemon thread between start() and stop().
+
+    `scrape_now()` takes one synchronous sample (used for the start and end samples of a point).
+    """
+
+    metrics_url: str
+    interval_s: float
+    timeout_s: float | None = None
+    samples: list[Sample] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)
+    scrapes_ok: int = 0
+    last_running: float | None = None  # sum over engines of num_requests_running, last scrape
+
+    def __post_init__(self) -> None:
+        if self.timeout_s is None:
+            # A slow scrape must not stall the schedule for long, but a loaded 2-core CPU server
+            # can take a while to render ~600 lines.
+            self.timeout_s = min(max(self.interval_s, 2.0), 10.0)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._session = requests.Session()
+        self._session.trust_env = False  # loopback: never through a proxy
+
+    def scrape_now(self) -> bool:
+        try:
+            response = self._session.get(self.metrics_url, timeout=self.timeout_s)
+            now, mono = time.time(), time.monotonic()
+            if response.status_code != 200:
+                self._gap(now, mono, f"HTTP {response.status_code}")
+                return False
+            parsed = parse_metrics(response.text, timestamp=now, monotonic=mono)
+        except Exception as exc:  # noqa: BLE001 - any failure is a gap, never fatal
+            self._gap(time.time(), time.monotonic(), f"{type(exc).__name__}: {exc}"[:300])
+            return False
+        running = [s.value for s in parsed if s.name == "vllm:num_requests_running"]
+        with self._lock:
+            self.samples.extend(parsed)
+            self.scrapes_ok += 1
+            self.last_running = sum(running) if running else None
+        return True
+
+    def _gap(self, now: float, mono: float, reason: str) -> None:
+        with self._lock:
+            self.gaps.append(Gap(now, mono, reason))
+
+    def _loop(self) -> None:
+        next_at = time.monotonic() + self.interval_s
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            self.scrape_now()
+            next_at = max(next_at + self.interval_s, time.monotonic())
+
+    def start(self) -> Scraper:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="metrics-scraper", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            # A scrape in flight ends within its timeout.
+            self._thread.join(timeout=(self.timeout_s or 10.0) + 5.0)
+            self._thread = None
+
+    def snapshot(self) -> tuple[list[Sample], list[Gap]]:
+        with self._lock:
+            return list(self.samples), list(self.gaps)
+
+
+def write_samples_csv(path: Path, samples: Iterable[Sample]) -> None:
+    from harness.results import atomic_write_text
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(SAMPLE_COLUMNS)
+    for s in samples:
+        writer.writerow([repr(s.timestamp), repr(s.monotonic), s.name,
+                         json.dumps(s.labels, sort_keys=True), repr(s.value)])
+    atomic_write_text(path, buffer.getvalue())
+
+
+def read_samples_csv(path: Path) -> list[Sample]:
+    out: list[Sample] = []
+    with open(path, encoding="utf-8", newline="") as handle:
+        for row in csv.DictReader(handle):
+            out.append(Sample(float(row["timestamp"]), float(row["monotonic"]), row["name"],
+                              json.loads(row["labels"]), float(row["value"])))
+    return out
