@@ -1,9 +1,89 @@
-"""CLI wiring for the sweep area (owned by that area's module)."""
+"""CLI wiring for the sweep area: `repro sweep` and `repro runs list|show`."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
 
 def register(group: click.Group) -> None:
     """Add this area's commands to the `repro` group."""
+    group.add_command(sweep)
+    group.add_command(runs)
+
+
+@click.command()
+@click.option("--profile", "profile", required=True,
+              help="Profile name (launch/profiles/<name>.yaml) or a profile YAML path.")
+@click.option("--dataset", default=None, metavar="RECIPE|FILE",
+              help="Dataset recipe name/path or a built swe_smith JSON (default: the profile's).")
+@click.option("--url", default=None,
+              help="Attach to a running OpenAI-compatible server instead of launching one.")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Parent folder of the run directory (default: results/ or REPRO_RESULTS).")
+@click.option("--run-id", default=None, help="Run directory name (default: <profile>-<UTC time>).")
+@click.option("--resume", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              default=None, help="Continue a partial run from its first unfinished point.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the plan (points, offsets, conversations, commands); write nothing.")
+@click.option("--fail-fast", is_flag=True,
+              help="Stop at the first invalid point instead of restarting and continuing.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override one profile field for this run: serve.KEY=VALUE or sweep.KEY=VALUE "
+                   "(VALUE is YAML; serve.KEY=null removes). Repeatable; recorded in the run.")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run each point N times (fresh conversations where the dataset allows); the "
+                   "summary adds per-point median and 95% CI.")
+@click.option("--points", "only_points", default=None, metavar="c1,c8",
+              help="Only these points (labels like c8), with the offsets of the full sweep.")
+@click.option("--no-report", is_flag=True, help="Skip the HTML report at the end.")
+def sweep(profile: str, dataset: str | None, url: str | None, out: Path | None,
+          run_id: str | None, resume: Path | None, dry_run: bool, fail_fast: bool,
+          overrides: tuple[str, ...], repeats: int, only_points: str | None,
+          no_report: bool) -> None:
+    """Run the c1..c32 sweep: launch the profile's vLLM build (or attach to --url), build or reuse
+    the dataset, run one `evalscope perf` process per point while scraping /metrics, and write
+    results/<run-id>/ (manifest, points/*/point.json, samples.csv, summary.json/csv).
+
+    \b
+    Examples:
+      repro sweep --profile cpu-tiny-mtp
+      repro sweep --profile hisparse384 --dry-run
+      repro sweep --profile cpu-tiny --set serve.num-gpu-blocks-override=16 --repeats 3
+      repro sweep --profile cpu-tiny --url http://127.0.0.1:8000 --points c1,c8
+      repro sweep --profile cpu-tiny --resume results/cpu-tiny-20260101-000000
+    """
+    from harness.sweep import run_sweep
+
+    if resume is not None and (overrides or dataset or url or run_id):
+        raise click.UsageError("--resume takes its settings from the run; drop --set, "
+                               "--dataset, --url and --run-id")
+    run_sweep(profile, overrides=overrides, dataset=dataset, url=url, out=out, run_id=run_id,
+              resume=resume, dry_run=dry_run, fail_fast=fail_fast, repeats=repeats,
+              only_points=[only_points] if only_points else None, report=not no_report)
+
+
+@click.group()
+def runs() -> None:
+    """List and inspect run directories."""
+
+
+@runs.command("list")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Folder holding run directories (default: results/ or REPRO_RESULTS).")
+def runs_list(out: Path | None) -> None:
+    """One line per run: id, status, profile, points (valid/finished/planned), workload key."""
+    from harness.sweep import list_runs
+
+    for line in list_runs(out):
+        click.echo(line)
+
+
+@runs.command("show")
+@click.argument("run", type=click.Path(path_type=Path))
+def runs_show(run: Path) -> None:
+    """The summary table of RUN (a run directory, or a run id under results/)."""
+    from harness.sweep import show_run
+
+    click.echo(show_run(run))
