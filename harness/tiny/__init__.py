@@ -15,6 +15,14 @@ from harness.paths import cache_dir
 from harness.tiny.cache import ensure_entry
 from harness.tiny.tokenizer import build_tokenizer, provenance
 
+__all__ = [
+    "MODEL_NAMES",
+    "ensure_model",
+    "ensure_tokenizer",
+    "resolve_model",
+    "resolve_tokenizer",
+]
+
 TINY_PREFIX = "tiny:"
 TOKENIZER_SPEC = "tiny:tokenizer"
 
@@ -42,3 +50,15 @@ def resolve_tokenizer(spec: str) -> Path:
     if not path.exists():
         raise ConfigError(f"tokenizer path {spec!r} does not exist")
     return path
+
+
+def resolve_model(spec: str, python: Path) -> str:
+    """`tiny:<name>` -> the cached local model dir (built with `python` on first use);
+    anything else (hub id, local path) is returned unchanged."""
+    if spec.startswith(TINY_PREFIX):
+        return str(ensure_model(spec[len(TINY_PREFIX) :], python))
+    return spec
+
+
+# Imported last: models.py imports ensure_tokenizer from this module lazily.
+from harness.tiny.models import MODEL_NAMES, ensure_model
