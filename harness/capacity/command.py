@@ -1,0 +1,120 @@
+"""`repro capacity`: turn the command's options into results, text, JSON and charts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.capacity.formulas import (
+    DEFAULT_INDEXER_OFFLOAD_GIB,
+    DEFAULT_SEQ_LEN,
+    DEFAULT_SYSTEM_RAM_GIB,
+    evaluate_many,
+    make_deployment,
+    parse_seq_range,
+)
+from harness.errors import ConfigError
+
+# Options that describe the deployment; with --run the run's profile supplies them instead.
+_TOPOLOGY = ("tp", "dp", "ep", "kv_dtype", "max_seqs", "hot_rows", "spec_tokens", "host_pool_gib")
+_ADVANCED = (
+    "baseline_block_bytes", "hisparse_block_bytes", "host_block_bytes", "baseline_block_tokens",
+    "gpu_block_tokens", "host_block_tokens", "groups", "retained_pages", "other_gpu_blocks",
+)
+
+
+def _seq_lens(options: dict[str, Any]) -> list[int]:
+    lens = list(options.get("seq_lens") or ())
+    if options.get("seq_range"):
+        lens += parse_seq_range(str(options["seq_range"]))
+    for value in lens:
+        if value < 1:
+            raise ConfigError(f"--seq-len {value}: must be >= 1")
+    return lens or [DEFAULT_SEQ_LEN]
+
+
+def run_capacity(options: dict[str, Any]) -> str:
+    if options.get("gpu") and options.get("hbm_gib") is not None:
+        raise ConfigError("give either --gpu or --hbm-gib, not both")
+    if options.get("run_dir") is not None:
+        return _run_comparison(options)
+    dep = make_deployment(
+        options.get("model") or "glm-5.3",
+        gpu=(options.get("gpu") or "h200"),
+        hbm_gib=options.get("hbm_gib"),
+        tp=options.get("tp") or 8,
+        dp=options.get("dp") or 1,
+        ep=True if options.get("ep") is None else bool(options["ep"]),
+        kv_dtype=options.get("kv_dtype") or "fp8",
+        max_seqs=options.get("max_seqs"),
+        hot_rows=options.get("hot_rows"),
+        spec_tokens=options.get("spec_tokens"),
+        host_pool_gib=options.get("host_pool_gib"),
+        indexer_offload_gib=_or(options.get("indexer_offload_gib"), DEFAULT_INDEXER_OFFLOAD_GIB),
+        system_ram_gib=_or(options.get("system_ram_gib"), DEFAULT_SYSTEM_RAM_GIB),
+        share_host=bool(options.get("share_host", True)),
+        kv_gib_per_gpu=options.get("kv_gib_per_gpu"),
+        **{k: options.get(k) for k in _ADVANCED},
+    )
+    concurrency = options.get("bar_concurrency")
+    if concurrency is not None and concurrency < 0:
+        raise ConfigError(f"--bar-concurrency {concurrency}: must be >= 0")
+    results = evaluate_many(dep, _seq_lens(options), concurrency=concurrency)
+    messages = []
+    if options.get("plot"):
+        from harness.capacity.figures import capacity_figures, write_html
+
+        path = write_html(
+            capacity_figures(dep, results=results), Path(options["plot"]),
+            title=f"repro capacity: {dep.model.display_name}",
+        )
+        messages.append(f"wrote {path}")
+    if options.get("as_json"):
+        return json.dumps([r.to_json() for r in results], indent=2)
+    from harness.capacity.render import render_results
+
+    return "\n".join([render_results(results), *messages])
+
+
+def _or(value: Any, default: float) -> float:
+    return default if value is None else value
+
+
+def _run_comparison(options: dict[str, Any]) -> str:
+    given = [k for k in (*_TOPOLOGY, *_ADVANCED, "seq_range") if options.get(k) is not None]
+    if options.get("seq_lens"):
+        given.append("seq_lens")
+    if given:
+        names = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise ConfigError(
+            f"--run takes the topology and workload from the run's profile; drop {names} "
+            f"(only --model, --gpu/--hbm-gib, --kv-gib-per-gpu, --system-ram-gib, "
+            f"--indexer-offload-gib, --json and --plot apply)"
+        )
+    from harness.capacity.measured import compare_run
+
+    comparison = compare_run(
+        Path(options["run_dir"]),
+        model=options.get("model"),
+        gpu=options.get("gpu"),
+        hbm_gib=options.get("hbm_gib"),
+        kv_gib_per_gpu=options.get("kv_gib_per_gpu"),
+        system_ram_gib=options.get("system_ram_gib"),
+        indexer_offload_gib=options.get("indexer_offload_gib"),
+    )
+    messages = []
+    if options.get("plot"):
+        from harness.capacity.figures import capacity_figures, write_html
+
+        path = write_html(
+            capacity_figures(run=comparison),
+            Path(options["plot"]),
+            title=f"repro capacity: run {comparison.run.manifest.run_id}",
+        )
+        messages.append(f"wrote {path}")
+    if options.get("as_json"):
+        return json.dumps(comparison.to_json(), indent=2)
+    from harness.capacity.render import render_comparison
+
+    return "\n".join([render_comparison(comparison), *messages])
