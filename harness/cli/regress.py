@@ -1,9 +1,218 @@
-"""CLI wiring for the regress area (owned by that area's module)."""
+"""CLI wiring for the regress area: regress, claims, history, nightly (logic in the modules)."""
 
 from __future__ import annotations
 
+import datetime as _dt
+import json
+from pathlib import Path
+
 import click
+
+_RUN = click.Path(exists=True, file_okay=False, path_type=Path)
+
+
+def _write_markdown(path: Path | None, text: str) -> None:
+    if path is not None:
+        from harness.results import atomic_write_text
+
+        atomic_write_text(path, text)
+        click.echo(f"markdown written to {path}", err=True)
+
+
+@click.command("regress")
+@click.option("--candidate", required=True, type=_RUN, help="Run directory to judge.")
+@click.option("--baseline", type=_RUN, help="Baseline run directory (instead of the history).")
+@click.option("--history", "history_key", metavar="KEY",
+              help="Baseline = median of the last N accepted runs with this history key "
+                   "(`auto`, the default without --baseline: the candidate's own key).")
+@click.option("--policy", type=click.Path(path_type=Path),
+              help="Policy file (default: launch/policies/cpu.yaml for CPU profiles, "
+                   "default.yaml for GPU arms).")
+@click.option("--db", "history_path", type=click.Path(path_type=Path), envvar="REPRO_HISTORY",
+              help="History database (default results/history.sqlite; env REPRO_HISTORY).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@click.option("--markdown", type=click.Path(path_type=Path),
+              help="Also write the verdict as markdown (PR comment / job summary).")
+@click.option("--all-rows/--flagged-only", default=True, show_default=True,
+              help="Terminal table: every row, or only rows that are not ok.")
+@click.pass_context
+def regress_cmd(ctx: click.Context, candidate: Path, baseline: Path | None,
+                history_key: str | None, policy: Path | None, history_path: Path | None,
+                as_json: bool, markdown: Path | None, all_rows: bool) -> None:
+    """Judge CANDIDATE per point and metric: ok / improvement / suspicious / regression.
+
+    Exit code 1 when anything is a regression, 0 otherwise, 2 when the inputs are invalid or
+    not comparable (different workload or dataset, invalid or missing points). The rules are in
+    `harness/regress.py`'s docstring; thresholds in the policy file.
+    """
+    from harness.regress import regress, render_json, render_markdown, render_table
+
+    verdict = regress(candidate, baseline_dir=baseline, history_key=history_key,
+                      policy_path=policy, history_path=history_path)
+    click.echo(render_json(verdict) if as_json else render_table(verdict, all_rows=all_rows))
+    _write_markdown(markdown, render_markdown(verdict))
+    ctx.exit(verdict.exit_code)
+
+
+@click.group("claims")
+def claims_group() -> None:
+    """Check the blog's claims (launch/claims/*.yaml) against runs."""
+
+
+def _parse_arm(values: tuple[str, ...]) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for value in values:
+        arm, sep, run = value.partition("=")
+        if not sep or not arm or not run:
+            raise click.BadParameter(f"{value!r}: expected ARM=RUN_DIR", param_hint="--arm")
+        out[arm] = Path(run)
+    return out
+
+
+@claims_group.command("check")
+@click.argument("runs", nargs=-1, type=_RUN)
+@click.option("--claims", "claims_path", type=click.Path(path_type=Path),
+              help="Claims file (default: launch/claims/cpu-tiny.yaml for CPU runs, "
+                   "glm53-blog.yaml for GPU runs).")
+@click.option("--arm", "arms", multiple=True, metavar="ARM=RUN",
+              help="Map an arm to a run explicitly (repeatable); otherwise by profile name.")
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+@click.option("--markdown", type=click.Path(path_type=Path), help="Also write a markdown table.")
+@click.pass_context
+def claims_check(ctx: click.Context, runs: tuple[Path, ...], claims_path: Path | None,
+                 arms: tuple[str, ...], as_json: bool, markdown: Path | None) -> None:
+    """Say which claims hold for RUNS. Exit 1 if any fails, 2 if none applies."""
+    from harness.claims import claims_exit_code, claims_to_dict, render_claims, run_claims
+
+    results, notes = run_claims(runs, claims_path=claims_path, explicit=_parse_arm(arms))
+    if as_json:
+        click.echo(json.dumps({"notes": notes, "claims": claims_to_dict(results)}, indent=2))
+    else:
+        click.echo(render_claims(results, notes))
+    _write_markdown(markdown, render_claims(results, notes, markdown=True))
+    ctx.exit(claims_exit_code(results))
+
+
+_DB = click.option("--db", "history_path", type=click.Path(path_type=Path), envvar="REPRO_HISTORY",
+                   help="History database (default results/history.sqlite; env REPRO_HISTORY).")
+
+
+@click.group("history")
+def history_group() -> None:
+    """The append-only run history (accepted / rejected runs per key)."""
+
+
+def _when(epoch: float) -> str:
+    return _dt.datetime.fromtimestamp(epoch, _dt.UTC).strftime("%Y-%m-%d %H:%M")
+
+
+@history_group.command("list")
+@click.option("--key", help="Only this history key.")
+@click.option("--state", type=click.Choice(["accepted", "rejected"]), help="Only this state.")
+@click.option("--json", "as_json", is_flag=True)
+@_DB
+def history_list(key: str | None, state: str | None, as_json: bool,
+                 history_path: Path | None) -> None:
+    """List recorded runs with their current state (latest event)."""
+    from harness.history import History
+
+    entries = History.open(history_path).entries(key=key, state=state)
+    if as_json:
+        click.echo(json.dumps([
+            {"ref": e.ref, "run_id": e.run_id, "run_dir": e.run_dir, "key": e.key,
+             "build": e.build, "build_commit": e.build_commit, "created_at": e.created_at,
+             "state": e.state, "reason": e.reason} for e in entries], indent=2))
+        return
+    if not entries:
+        click.echo("history is empty" + (f" for key {key}" if key else ""))
+        return
+    for e in entries:
+        click.echo(f"#{e.ref:<4} {_when(e.created_at)}  {e.state:8}  {e.run_id}  [{e.key}]  "
+                   f"build {e.build or '-'}  ({e.reason})")
+
+
+@history_group.command("show")
+@click.argument("ref")
+@_DB
+def history_show(ref: str, history_path: Path | None) -> None:
+    """Show one run (REF: #id, run id or run directory) and all its events."""
+    from harness.history import History
+
+    history = History.open(history_path)
+    e = history.entry(ref.lstrip("#"))
+    click.echo(f"#{e.ref} {e.run_id}\n  dir: {e.run_dir}\n  key: {e.key}\n  profile: {e.profile}"
+               f"\n  build: {e.build} {e.build_commit or ''}\n  created: {_when(e.created_at)}"
+               f"\n  state: {e.state} ({e.reason})\n  points: "
+               + ", ".join(f"{p['label']}r{p['repeat']}{'' if p['valid'] else ' (invalid)'}"
+                           for p in e.points))
+    for ev in history.events(str(e.ref)):
+        click.echo(f"  {_when(ev['at'])}  {ev['state']:8}  by {ev['actor']}: {ev['reason']}")
+
+
+def _set_state(ref: str, state: str, reason: str, history_path: Path | None) -> None:
+    from harness.history import History
+    from harness.results import load_run
+
+    history = History.open(history_path)
+    path = Path(ref)
+    if path.is_dir() and (path / "manifest.json").is_file():
+        entry = history.record(load_run(path), state=state, reason=reason)  # recorded if new
+    else:
+        entry = history.set_state(ref.lstrip("#"), state, reason)
+    click.echo(f"#{entry.ref} {entry.run_id}: {entry.state} [{entry.key}]")
+
+
+@history_group.command("accept")
+@click.argument("ref")
+@click.option("--reason", default="accepted by hand", show_default=True)
+@_DB
+def history_accept(ref: str, reason: str, history_path: Path | None) -> None:
+    """Accept a run (REF: #id, run id, or a run directory, recorded if new) as a baseline."""
+    _set_state(ref, "accepted", reason, history_path)
+
+
+@history_group.command("reject")
+@click.argument("ref")
+@click.option("--reason", default="rejected by hand", show_default=True)
+@_DB
+def history_reject(ref: str, reason: str, history_path: Path | None) -> None:
+    """Reject a run: it stays in the history, visible as rejected, never used as a baseline."""
+    _set_state(ref, "rejected", reason, history_path)
+
+
+@click.command("nightly")
+@click.option("--profiles", required=True, metavar="A,B,...", help="Arms (profile names).")
+@click.option("--build", required=True,
+              help="Build for every arm, e.g. nightly@latest (resolved to a commit first) or "
+                   "cpu-0.32.0.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Profile override for every arm (repeatable), as in `repro sweep --set`.")
+@click.option("--claims", "claims_path", type=click.Path(path_type=Path), help="Claims file.")
+@click.option("--policy", type=click.Path(path_type=Path), help="Policy file.")
+@click.option("--out", type=click.Path(path_type=Path), help="Parent of the run directories.")
+@click.option("--summary", "summary_path", type=click.Path(path_type=Path),
+              help="Markdown summary path (default OUT/nightly-STAMP.md; also appended to "
+                   "$GITHUB_STEP_SUMMARY).")
+@click.option("--no-dashboard", is_flag=True, help="Skip the HTML dashboard.")
+@_DB
+@click.pass_context
+def nightly_cmd(ctx: click.Context, profiles: str, build: str, overrides: tuple[str, ...],
+                claims_path: Path | None, policy: Path | None, out: Path | None,
+                summary_path: Path | None, no_dashboard: bool, history_path: Path | None) -> None:
+    """Build -> sweep each arm -> verdict vs history (suspicious points rerun once) -> claims
+    -> dashboard + summary -> history. Exit 2 on errors, 1 on a regression or failed claim."""
+    from harness.nightly import run_nightly
+
+    names = [p.strip() for p in profiles.split(",") if p.strip()]
+    result = run_nightly(names, build, overrides=overrides, claims_path=claims_path,
+                         policy_path=policy, out=out, history_path=history_path,
+                         summary_path=summary_path, dashboard=not no_dashboard, echo=click.echo)
+    ctx.exit(result.exit_code)
 
 
 def register(group: click.Group) -> None:
     """Add this area's commands to the `repro` group."""
+    group.add_command(regress_cmd)
+    group.add_command(claims_group)
+    group.add_command(history_group)
+    group.add_command(nightly_cmd)

@@ -1,0 +1,320 @@
+"""The verdict on synthetic runs with injected steps (no server needed).
+
+Runs are written with harness/results.py records (or built in memory for the many-seed loops)
+from a smooth throughput/latency model plus seeded Gaussian noise, per metric and point.
+
+Measured false-positive rates (stated here, asserted below; 500 seeds each, GPU default policy
+launch/policies/default.yaml, 5 points c1..c32, history baseline = median of 5 accepted runs):
+- single runs, 3 % noise (sigma 1 %, so ~all values within +-3 %): 0 / 500 regression verdicts;
+  the same noise with a 10 % throughput drop: 500 / 500 caught, naming throughput_per_gpu.
+- 5 repeats per point, sigma 3 % per repeat (the median-CI rule): 0 / 500 false positives;
+  a 10 % drop: 500 / 500 caught.
+The assertions allow < 1 % false positives and >= 99 % detection, so a policy or rule change
+that makes the gate noisy or blind fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from harness.policy import load_policy
+from harness.regress import (
+    IncomparableError,
+    classify,
+    evaluate,
+    render_markdown,
+    render_table,
+    view_from_parts,
+    view_from_run,
+)
+from harness.results import (
+    PointRecord,
+    RunLayout,
+    RunManifest,
+    atomic_write_json,
+    load_run,
+    point_id,
+    write_summary,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+GPU_POLICY = load_policy(REPO / "launch/policies/default.yaml")
+BLOG_POINTS = [(1, 4), (8, 16), (16, 32), (24, 48), (32, 64)]
+SEEDS = 500
+
+
+# --------------------------------------------------------------------------- synthetic runs
+
+
+def model_metrics(parallel: int) -> dict[str, float]:
+    """A smooth, plausible serving curve: throughput rises, interactivity falls with load."""
+    return {
+        "throughput_per_gpu": 5000.0 * parallel**0.25,
+        "interactivity": 250.0 / parallel**0.8,
+        "occupancy": 0.85 * parallel,
+        "mean_ttft_ms": 800.0 + 60.0 * parallel,
+        "p99_ttft_ms": 2500.0 + 150.0 * parallel,
+        "mtp_acceptance_length": 2.6,
+        "prefix_cache_hit_rate": 0.9,
+        "preemptions": 0.0,
+    }
+
+
+def manifest_data(run_id: str, *, profile: str = "hisparse384", gpus: int = 8,
+                  points: list[tuple[int, int]] = BLOG_POINTS, sha: str = "d" * 64,
+                  overrides: list[str] | None = None, status: str = "complete",
+                  serve: dict[str, Any] | None = None) -> dict[str, Any]:
+    sweep = {"points": [list(p) for p in points], "dataset": "synthetic", "dataset_offset": 52,
+             "max_tokens": 220, "ignore_eos": True, "multi_turn": True, "max_turns": None,
+             "extra_args": {}}
+    return {
+        "run_id": run_id, "status": status, "created_at": time.time(), "harness_version": "test",
+        "engine": "vllm", "base_url": "http://127.0.0.1:1", "profile_name": profile,
+        "profile": {"name": profile, "build": "cpu-0.32.0" if gpus == 0 else "blog",
+                    "gpus": gpus, "serve": serve or {"max-model-len": 4096}},
+        "overrides": overrides or [], "gpus": max(gpus, 1),
+        "dataset": {"path": "/tmp/ds.json", "sha256": sha},
+        "workload_key": "wk-" + json.dumps(serve or {}, sort_keys=True),
+        "client": {"name": "evalscope", "version": "1.7.0"},
+        "host": {"cpu_model": "synthetic", "cpu_count": 2, "gpus": [] if gpus == 0 else ["H200"] * 8},
+        "sweep": sweep,
+    }
+
+
+def point_rows(rng: np.random.Generator, *, sigma: float, repeats: int = 1,
+               points: list[tuple[int, int]] = BLOG_POINTS, steps: dict[str, float] | None = None,
+               invalid: set[str] | None = None) -> list[dict[str, Any]]:
+    rows = []
+    for repeat in range(repeats):
+        for parallel, number in points:
+            metrics: dict[str, float | None] = {}
+            for key, value in model_metrics(parallel).items():
+                if key == "preemptions":
+                    metrics[key] = value
+                    continue
+                factor = 1.0 + (steps or {}).get(key, 0.0)
+                metrics[key] = value * factor * (1.0 + rng.normal(0.0, sigma))
+            label = f"c{parallel}"
+            bad = bool(invalid and label in invalid)
+            rows.append({"label": label, "parallel": parallel, "number": number, "repeat": repeat,
+                         "valid": not bad, "invalid_reasons": ["failed requests: 3"] if bad else [],
+                         "metrics": metrics})
+    return rows
+
+
+def synthetic_view(name: str, rng: np.random.Generator, *, sigma: float, **kwargs: Any):
+    manifest_kwargs = {k: kwargs.pop(k) for k in ("profile", "gpus", "sha", "overrides", "status",
+                                                  "serve") if k in kwargs}
+    if "points" in kwargs:
+        manifest_kwargs["points"] = kwargs["points"]
+    return view_from_parts(name=name, source=name, manifest_data=manifest_data(name, **manifest_kwargs),
+                           rows=point_rows(rng, sigma=sigma, **kwargs))
+
+
+def write_run(parent: Path, name: str, rng: np.random.Generator, *, sigma: float = 0.0,
+              **kwargs: Any) -> Path:
+    """A real run directory (manifest, point.json files, summary) for CLI and history tests."""
+    manifest_kwargs = {k: kwargs.pop(k) for k in ("profile", "gpus", "sha", "overrides", "status",
+                                                  "serve") if k in kwargs}
+    if "points" in kwargs:
+        manifest_kwargs["points"] = kwargs["points"]
+    layout = RunLayout(parent / name)
+    manifest = RunManifest.model_validate(manifest_data(name, **manifest_kwargs))
+    atomic_write_json(layout.manifest, manifest)
+    records = []
+    for row in point_rows(rng, sigma=sigma, **kwargs):
+        pid = point_id(row["parallel"], row["number"], row["repeat"])
+        record = PointRecord(
+            point_id=pid, label=row["label"], parallel=row["parallel"], number=row["number"],
+            repeat=row["repeat"], dataset_offset=52, conversations=list(range(row["number"])),
+            turns=13, expected_requests=13 * row["number"], started_at=1.0, ended_at=2.0,
+            window=(1.0, 2.0), valid=row["valid"], invalid_reasons=row["invalid_reasons"],
+            metrics=row["metrics"], samples=10,
+        )
+        atomic_write_json(layout.point_json(pid), record)
+        records.append(record)
+    write_summary(layout, name, records)
+    return layout.root
+
+
+def history_views(rng: np.random.Generator, count: int = 5, **kwargs: Any) -> list:
+    return [synthetic_view(f"base{i}", rng, **kwargs) for i in range(count)]
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def test_classify_rules_for_both_directions():
+    up = {"direction": "higher", "threshold": 0.10, "floor": 0.0, "band": 0.5}
+    assert classify(100, 96, **up).cls == "ok"
+    assert classify(100, 94, **up).cls == "suspicious"  # 6 % worse: in the 5..10 % band
+    assert classify(100, 89, **up).cls == "regression"
+    assert classify(100, 111, **up).cls == "improvement"
+    down = {**up, "direction": "lower"}
+    assert classify(100, 111, **down).cls == "regression"
+    assert classify(100, 89, **down).cls == "improvement"
+    # The absolute floor wins over any ratio: 0 -> 1 preemption is infinitely worse but tiny.
+    assert classify(0, 1, direction="lower", threshold=0.5, floor=2).cls == "ok"
+    assert classify(0, 7, direction="lower", threshold=0.5, floor=2).cls == "regression"
+    # With repeats, a breach whose CI still includes the baseline is only suspicious.
+    assert classify(100, 85, **up, ci=(80, 101)).cls == "suspicious"
+    assert classify(100, 85, **up, ci=(80, 92)).cls == "regression"
+    assert classify(100, None, **up).cls == "suspicious"
+
+
+def test_single_run_noise_is_not_a_regression_and_a_10pct_drop_is():
+    false_positives = caught = 0
+    for seed in range(SEEDS):
+        rng = np.random.default_rng(seed)
+        history = history_views(rng, sigma=0.01)
+        same = synthetic_view("same", rng, sigma=0.01)
+        dropped = synthetic_view("drop", rng, sigma=0.01, steps={"throughput_per_gpu": -0.10})
+        false_positives += evaluate(same, history, GPU_POLICY).status == "regression"
+        verdict = evaluate(dropped, history, GPU_POLICY)
+        caught += verdict.status == "regression" and "throughput_per_gpu" in verdict.regressed_metrics()
+    print(f"single runs, 3% noise: {false_positives}/{SEEDS} false positives, "
+          f"10% drop caught {caught}/{SEEDS}")
+    assert false_positives / SEEDS < 0.01
+    assert caught / SEEDS >= 0.99
+
+
+def test_repeats_use_the_median_ci_and_keep_false_positives_low():
+    false_positives = caught = 0
+    for seed in range(SEEDS):
+        rng = np.random.default_rng(10_000 + seed)
+        history = history_views(rng, sigma=0.03, repeats=5)
+        same = synthetic_view("same", rng, sigma=0.03, repeats=5)
+        dropped = synthetic_view("drop", rng, sigma=0.03, repeats=5,
+                                 steps={"throughput_per_gpu": -0.10})
+        false_positives += evaluate(same, history, GPU_POLICY).status == "regression"
+        verdict = evaluate(dropped, history, GPU_POLICY)
+        caught += "throughput_per_gpu" in verdict.regressed_metrics()
+    print(f"5 repeats, 3% noise: {false_positives}/{SEEDS} false positives, "
+          f"10% drop caught {caught}/{SEEDS}")
+    assert false_positives / SEEDS < 0.01
+    assert caught / SEEDS >= 0.99
+
+
+def test_a_breach_inside_the_noise_of_repeats_is_suspicious_not_regression():
+    rng = np.random.default_rng(7)
+    baseline = synthetic_view("base", rng, sigma=0.0)
+    # Five repeats with one fast outlier: the median is 8 % down but the CI reaches the baseline.
+    cand = synthetic_view("cand", rng, sigma=0.0, repeats=5, steps={"throughput_per_gpu": -0.08})
+    cand.points[(32, 64)].repeats[0]["throughput_per_gpu"] = 1e9
+    verdict = evaluate(cand, [baseline], GPU_POLICY)
+    row = next(r for r in verdict.rows if r.point == "c32" and r.metric == "throughput_per_gpu")
+    assert row.cls == "suspicious" and "CI" in row.reason
+    assert verdict.status != "regression" or "throughput_per_gpu" not in verdict.regressed_metrics()
+
+
+def test_latency_rise_and_occupancy_loss_are_named():
+    rng = np.random.default_rng(3)
+    history = history_views(rng, sigma=0.01)
+    cand = synthetic_view("cand", rng, sigma=0.01, steps={"mean_ttft_ms": 0.30, "occupancy": -0.4})
+    verdict = evaluate(cand, history, GPU_POLICY)
+    assert verdict.status == "regression"
+    assert {"mean_ttft_ms", "occupancy"} <= set(verdict.regressed_metrics())
+    assert "throughput_per_gpu" not in verdict.regressed_metrics()
+    table = render_table(verdict)
+    assert "REGRESSION" in table and "mean_ttft_ms" in table
+    markdown = render_markdown(verdict)
+    assert markdown.startswith("### Regression verdict") and "| c32 | occupancy |" in markdown
+
+
+def test_curve_metrics_catch_a_frontier_loss():
+    rng = np.random.default_rng(4)
+    base = synthetic_view("base", rng, sigma=0.0)
+    cand = synthetic_view("cand", rng, sigma=0.0,
+                          steps={"throughput_per_gpu": -0.2, "interactivity": -0.2})
+    verdict = evaluate(cand, [base], GPU_POLICY)
+    curve = {(r.metric, r.point): r for r in verdict.rows if r.scope == "curve"}
+    auc = curve[("frontier_auc", "frontier")]
+    assert auc.cls == "regression"
+    assert auc.change == pytest.approx(0.8 * 0.8 - 1, rel=1e-6)  # both axes scaled by 0.8
+    assert curve[("throughput_at_interactivity", "@50")].cls == "regression"
+
+
+def test_incomparable_inputs_raise_with_the_reason():
+    rng = np.random.default_rng(5)
+    base = synthetic_view("base", rng, sigma=0.0)
+    with pytest.raises(IncomparableError, match="dataset_sha256"):
+        evaluate(synthetic_view("c", rng, sigma=0.0, sha="e" * 64), [base], GPU_POLICY)
+    with pytest.raises(IncomparableError, match="point c16 is invalid"):
+        evaluate(synthetic_view("c", rng, sigma=0.0, invalid={"c16"}), [base], GPU_POLICY)
+    with pytest.raises(IncomparableError, match="lacks points c32"):
+        evaluate(synthetic_view("c", rng, sigma=0.0, points=BLOG_POINTS[:4]), [base], GPU_POLICY)
+    with pytest.raises(IncomparableError, match="status 'failed'"):
+        evaluate(synthetic_view("c", rng, sigma=0.0, status="failed"), [base], GPU_POLICY)
+    # Different serve flags (the thing under test) are comparable, and say so.
+    other = synthetic_view("c", rng, sigma=0.0, serve={"max-model-len": 1920})
+    assert any("workload_key differs" in n for n in evaluate(other, [base], GPU_POLICY).notes)
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def repro(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    code = "import sys; from harness.cli import main; sys.argv[0] = 'repro'; main()"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=120, env=env, check=False)
+
+
+def test_cli_exit_codes_json_and_markdown(tmp_path: Path):
+    base = write_run(tmp_path, "base", np.random.default_rng(1), sigma=0.01)
+    same = write_run(tmp_path, "same", np.random.default_rng(2), sigma=0.01)
+    drop = write_run(tmp_path, "drop", np.random.default_rng(3), sigma=0.01,
+                     steps={"throughput_per_gpu": -0.10})
+    other = write_run(tmp_path, "other", np.random.default_rng(4), sigma=0.01, sha="f" * 64)
+    assert view_from_run(load_run(same)).points[(8, 16)].label == "c8"
+
+    ok = repro("regress", "--candidate", str(same), "--baseline", str(base))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "verdict: OK" in ok.stdout or "verdict: IMPROVEMENT" in ok.stdout \
+        or "verdict: SUSPICIOUS" in ok.stdout
+
+    md = tmp_path / "verdict.md"
+    bad = repro("regress", "--candidate", str(drop), "--baseline", str(base), "--json",
+                "--markdown", str(md))
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    data = json.loads(bad.stdout)
+    assert data["status"] == "regression" and "throughput_per_gpu" in data["regressed_metrics"]
+    assert "🔴 regression" in md.read_text()
+
+    incomparable = repro("regress", "--candidate", str(other), "--baseline", str(base))
+    assert incomparable.returncode == 2
+    assert "dataset_sha256" in incomparable.stderr and incomparable.stderr.startswith("error:")
+
+
+def test_policy_validation_errors_name_file_and_key(tmp_path: Path):
+    from harness.errors import ConfigError
+
+    cases = {
+        "unknown top-level": ("metrics: {occupancy: {threshold: 0.1}}\nthreshold: 3\n", "'threshold'"),
+        "unknown metric key": ("metrics: {occupancy: {threshold: 0.1, flor: 1}}\n",
+                               "'metrics.occupancy.flor': unknown key"),
+        "unknown metric": ("metrics: {tput: {threshold: 0.1}}\n", "unknown metric"),
+        "bad threshold": ("metrics: {occupancy: {threshold: -1}}\n", "metrics.occupancy.threshold"),
+        "no direction": ("metrics: {kv_cache_usage_max: {threshold: 0.1}}\n", "set direction"),
+        "missing at": ("metrics: {occupancy: {threshold: 0.1}}\ncurves: "
+                       "{throughput_at_interactivity: {threshold: 0.1}}\n", "at"),
+    }
+    for name, (text, expected) in cases.items():
+        path = tmp_path / f"{name.replace(' ', '-')}.yaml"
+        path.write_text(text)
+        with pytest.raises(ConfigError) as err:
+            load_policy(path)
+        assert str(path) in str(err.value) and expected in str(err.value), (name, str(err.value))
+    # And through the CLI: exit 2 with the message.
+    rng = np.random.default_rng(1)
+    run = write_run(tmp_path, "run", rng)
+    result = repro("regress", "--candidate", str(run), "--baseline", str(run),
+                   "--policy", str(tmp_path / "unknown-metric-key.yaml"))
+    assert result.returncode == 2 and "flor" in result.stderr
