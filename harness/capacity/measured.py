@@ -187,11 +187,12 @@ def serve_facts(profile: dict[str, Any]) -> ServeFacts:
         extra = conn.get("kv_connector_extra_config") or {}
         if conn.get("kv_connector") == "HiSparseConnector":
             hisparse = True
-            host_pool = extra.get("host_pool_gib", host_pool)
+            if extra.get("host_pool_gib") is not None:
+                host_pool = extra["host_pool_gib"]
         elif conn.get("kv_connector") == "OffloadingConnector" and "cpu_bytes_to_use" in extra:
             offload_gib = float(extra["cpu_bytes_to_use"]) / 2**30
-    if isinstance(hisparse_config, dict):
-        host_pool = hisparse_config.get("host_pool_gib", host_pool)
+    if isinstance(hisparse_config, dict) and hisparse_config.get("host_pool_gib") is not None:
+        host_pool = hisparse_config["host_pool_gib"]
     spec = _as_dict(serve.get("speculative-config"), "speculative-config")
     kv_dtype = str(serve.get("kv-cache-dtype", "auto")).lower()
     util = serve.get("gpu-memory-utilization")
