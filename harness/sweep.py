@@ -417,9 +417,8 @@ def write_run_summary(layout: RunLayout, run_id: str, points: list[PointRecord],
     summary = write_summary(layout, run_id, points)
     if repeats > 1:
         aggregates = repeat_aggregates(points)
-        data = summary.model_dump(mode="json")
-        data["aggregates"] = aggregates
-        atomic_write_json(layout.summary_json, data)
+        summary.aggregates = aggregates
+        atomic_write_json(layout.summary_json, summary)
         atomic_write_text(layout.root / "summary_repeats.csv", rows_to_csv(aggregates))
 
 
