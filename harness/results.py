@@ -222,6 +222,8 @@ class RunSummary(_Record):
     schema_version: Literal["repro.summary/1"] = SUMMARY_SCHEMA
     run_id: str
     rows: list[dict[str, Any]]  # one per point: ids, validity, every METRICS key
+    # --repeats N > 1: per (parallel, number) median and CI of each metric over valid repeats
+    aggregates: list[dict[str, Any]] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- writing
