@@ -17,17 +17,20 @@ worse ((b - c) / |b| when higher is better, (c - b) / |b| when lower is better; 
 change counts as an infinite relative change):
 
 1. |c - b| <= f                       -> ok (below the absolute floor, whatever the ratio)
-2. worse >= t                         -> regression; but when the candidate has >= 2 repeats the
-   median's confidence interval (harness.stats.median_ci at the policy's confidence) must lie
-   entirely on the worse side of b (higher-better: CI high < b; lower-better: CI low > b);
-   a breach whose CI still includes b is "suspicious" (breached once, within noise)
+2. worse >= t                         -> regression, unless the breach is within the noise:
+   a. the candidate has >= 2 repeats: the median's confidence interval (harness.stats.median_ci
+      at the policy's confidence) must lie entirely on the worse side of b (higher-better:
+      CI high < b; lower-better: CI low > b);
+   b. a single candidate value against a history of >= 3 accepted runs: it must also lie
+      beyond the worst of those runs' values (the history's own spread);
+   a breach that fails a or b is "suspicious" (breached once, within noise)
 3. s * t <= worse < t                 -> suspicious (close to the threshold)
 4. -worse >= t                        -> improvement
 5. otherwise                          -> ok
 A metric present on one side only is suspicious; absent on both sides it is not judged.
 
-Curve-level metrics (harness.curves) are computed on the per-point values of each side and
-classified the same way without a CI. The overall status is the worst class present
+Curve-level metrics (harness.curves) are computed per repeat index (repeat r of every point
+forms one curve) and per baseline run, then reduced and classified exactly like a point metric. The overall status is the worst class present
 (regression > suspicious > improvement > ok). Exit code: 1 for a regression, else 0; invalid
 or incomparable inputs raise :class:`IncomparableError` (exit 2).
 """
@@ -192,8 +195,10 @@ def classify(
     floor: float = 0.0,
     band: float = 0.5,
     ci: tuple[float, float] | None = None,
+    spread: tuple[float, float] | None = None,
 ) -> Judgement:
-    """Classify one comparison (rules in the module docstring)."""
+    """Classify one comparison (rules in the module docstring); ``ci`` is the candidate
+    median's CI (rule 2a), ``spread`` the (min, max) of the history runs' values (rule 2b)."""
     if baseline is None or candidate is None:
         side = "candidate" if candidate is None else "baseline"
         return Judgement("suspicious", None, None, f"no value in the {side}")
@@ -211,6 +216,15 @@ def classify(
                     "suspicious", change, worse,
                     f"worse by {_pct(worse)} >= {_pct(threshold)}, but the CI "
                     f"[{low:.4g}, {high:.4g}] includes the baseline {baseline:.4g}",
+                )
+        elif spread is not None:
+            worst = spread[0] if direction == "higher" else spread[1]
+            beyond = candidate < worst if direction == "higher" else candidate > worst
+            if not beyond:
+                return Judgement(
+                    "suspicious", change, worse,
+                    f"worse by {_pct(worse)} >= {_pct(threshold)}, but within the history's "
+                    f"range [{spread[0]:.4g}, {spread[1]:.4g}]",
                 )
         return Judgement("regression", change, worse, f"worse by {_pct(worse)} >= {_pct(threshold)}")
     if worse >= band * threshold:
@@ -365,7 +379,7 @@ def evaluate(
                              policy, median_ci)
             if row is not None:
                 rows.append(row)
-    rows.extend(_curve_rows(candidate, baselines, policy))
+    rows.extend(_curve_rows(candidate, baselines, policy, median_ci))
     names = [b.name for b in baselines]
     return Verdict(
         candidate=candidate.name,
@@ -378,9 +392,24 @@ def evaluate(
     )
 
 
-def _baseline_value(points: Sequence[PointValues], metric: str) -> float | None:
-    values = [v for v in (p.median(metric) for p in points) if v is not None]
-    return statistics.median(values) if values else None
+MIN_HISTORY_FOR_SPREAD = 3
+
+
+def reduce_side(
+    cand_values: Sequence[float], base_values: Sequence[float], confidence: float,
+    median_ci: Callable[..., tuple[float, float, float]],
+) -> tuple[float | None, float | None, tuple[float, float] | None, tuple[float, float] | None]:
+    """(baseline, candidate, candidate CI, history spread) from raw per-repeat / per-run values."""
+    base = statistics.median(base_values) if base_values else None
+    cand = statistics.median(cand_values) if cand_values else None
+    ci = None
+    if len(cand_values) >= 2:
+        _, low, high = median_ci(list(cand_values), confidence)
+        ci = (low, high)
+    spread = None
+    if ci is None and len(base_values) >= MIN_HISTORY_FOR_SPREAD:
+        spread = (min(base_values), max(base_values))
+    return base, cand, ci, spread
 
 
 def _point_row(
@@ -392,23 +421,37 @@ def _point_row(
     policy: Policy,
     median_ci: Callable[..., tuple[float, float, float]],
 ) -> Row | None:
-    base_value = _baseline_value(bases, metric)
+    base_values = [v for v in (p.median(metric) for p in bases) if v is not None]
     values = cand.values(metric)
-    cand_value = statistics.median(values) if values else None
+    base_value, cand_value, ci, spread = reduce_side(values, base_values, policy.confidence,
+                                                     median_ci)
     if base_value is None and cand_value is None:
         return None  # not measurable on this arm (e.g. acceptance length without MTP)
-    ci = None
-    if len(values) >= 2:
-        _, low, high = median_ci(values, policy.confidence)
-        ci = (low, high)
     judged = classify(base_value, cand_value, direction=direction, threshold=rule.threshold,
-                      floor=rule.floor, band=policy.band(rule), ci=ci)
+                      floor=rule.floor, band=policy.band(rule), ci=ci, spread=spread)
     return Row("point", cand.label, cand.parallel, cand.number, metric, direction, base_value,
                cand_value, ci, len(values), judged.change, rule.threshold, rule.floor, judged.cls,
                judged.reason)
 
 
-def _curve_points(view: RunView) -> list[tuple[float, float]]:
+def _curves_per_repeat(view: RunView) -> list[list[tuple[float, float]]]:
+    """One (interactivity, throughput) curve per repeat index present at every point."""
+    counts = [len(pv.repeats) for pv in view.points.values()]
+    if not counts:
+        return []
+    curves_out = []
+    for r in range(min(counts)):
+        pts = []
+        for pv in view.points.values():
+            x = pv.repeats[r].get("interactivity")
+            y = pv.repeats[r].get("throughput_per_gpu")
+            if x is not None and y is not None:
+                pts.append((float(x), float(y)))
+        curves_out.append(pts)
+    return curves_out
+
+
+def _median_curve(view: RunView) -> list[tuple[float, float]]:
     out = []
     for pv in view.points.values():
         x, y = pv.median("interactivity"), pv.median("throughput_per_gpu")
@@ -417,22 +460,24 @@ def _curve_points(view: RunView) -> list[tuple[float, float]]:
     return out
 
 
-def _curve_rows(candidate: RunView, baselines: Sequence[RunView], policy: Policy) -> list[Row]:
+def _curve_rows(candidate: RunView, baselines: Sequence[RunView], policy: Policy,
+                median_ci: Callable[..., tuple[float, float, float]]) -> list[Row]:
     rows: list[Row] = []
-    cand_pts = _curve_points(candidate)
-    base_pts = [_curve_points(b) for b in baselines]
+    cand_curves = _curves_per_repeat(candidate)
+    base_curves = [_median_curve(b) for b in baselines]
 
     def add(metric: str, variant: str, rule: CurveRule, fn: Callable[[list], float | None]) -> None:
-        base_values = [v for v in (fn(p) for p in base_pts) if v is not None]
-        base_value = statistics.median(base_values) if base_values else None
-        cand_value = fn(cand_pts)
+        cand_values = [v for v in (fn(c) for c in cand_curves) if v is not None]
+        base_values = [v for v in (fn(c) for c in base_curves) if v is not None]
+        base_value, cand_value, ci, spread = reduce_side(cand_values, base_values,
+                                                         policy.confidence, median_ci)
         if base_value is None and cand_value is None:
             return
         judged = classify(base_value, cand_value, direction="higher", threshold=rule.threshold,
-                          floor=rule.floor, band=policy.band(rule))
+                          floor=rule.floor, band=policy.band(rule), ci=ci, spread=spread)
         rows.append(Row("curve", variant, None, None, metric, "higher", base_value, cand_value,
-                        None, 1, judged.change, rule.threshold, rule.floor, judged.cls,
-                        judged.reason))
+                        ci, len(cand_values), judged.change, rule.threshold, rule.floor,
+                        judged.cls, judged.reason))
 
     auc_rule = policy.curves.get("frontier_auc")
     if auc_rule is not None:

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import sys
 from pathlib import Path
 
 import click
 
 _RUN = click.Path(exists=True, file_okay=False, path_type=Path)
+
+
+def _exit(code: int) -> None:
+    # sys.exit, not ctx.exit: the group runs with standalone_mode=False, where click turns
+    # ctx.exit(n) into a return value that harness.cli.main does not pass on.
+    if code:
+        sys.exit(code)
 
 
 def _write_markdown(path: Path | None, text: str) -> None:
@@ -35,8 +43,7 @@ def _write_markdown(path: Path | None, text: str) -> None:
               help="Also write the verdict as markdown (PR comment / job summary).")
 @click.option("--all-rows/--flagged-only", default=True, show_default=True,
               help="Terminal table: every row, or only rows that are not ok.")
-@click.pass_context
-def regress_cmd(ctx: click.Context, candidate: Path, baseline: Path | None,
+def regress_cmd(candidate: Path, baseline: Path | None,
                 history_key: str | None, policy: Path | None, history_path: Path | None,
                 as_json: bool, markdown: Path | None, all_rows: bool) -> None:
     """Judge CANDIDATE per point and metric: ok / improvement / suspicious / regression.
@@ -51,7 +58,7 @@ def regress_cmd(ctx: click.Context, candidate: Path, baseline: Path | None,
                       policy_path=policy, history_path=history_path)
     click.echo(render_json(verdict) if as_json else render_table(verdict, all_rows=all_rows))
     _write_markdown(markdown, render_markdown(verdict))
-    ctx.exit(verdict.exit_code)
+    _exit(verdict.exit_code)
 
 
 @click.group("claims")
@@ -78,8 +85,7 @@ def _parse_arm(values: tuple[str, ...]) -> dict[str, Path]:
               help="Map an arm to a run explicitly (repeatable); otherwise by profile name.")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 @click.option("--markdown", type=click.Path(path_type=Path), help="Also write a markdown table.")
-@click.pass_context
-def claims_check(ctx: click.Context, runs: tuple[Path, ...], claims_path: Path | None,
+def claims_check(runs: tuple[Path, ...], claims_path: Path | None,
                  arms: tuple[str, ...], as_json: bool, markdown: Path | None) -> None:
     """Say which claims hold for RUNS. Exit 1 if any fails, 2 if none applies."""
     from harness.claims import claims_exit_code, claims_to_dict, render_claims, run_claims
@@ -90,7 +96,7 @@ def claims_check(ctx: click.Context, runs: tuple[Path, ...], claims_path: Path |
     else:
         click.echo(render_claims(results, notes))
     _write_markdown(markdown, render_claims(results, notes, markdown=True))
-    ctx.exit(claims_exit_code(results))
+    _exit(claims_exit_code(results))
 
 
 _DB = click.option("--db", "history_path", type=click.Path(path_type=Path), envvar="REPRO_HISTORY",
@@ -195,8 +201,7 @@ def history_reject(ref: str, reason: str, history_path: Path | None) -> None:
                    "$GITHUB_STEP_SUMMARY).")
 @click.option("--no-dashboard", is_flag=True, help="Skip the HTML dashboard.")
 @_DB
-@click.pass_context
-def nightly_cmd(ctx: click.Context, profiles: str, build: str, overrides: tuple[str, ...],
+def nightly_cmd(profiles: str, build: str, overrides: tuple[str, ...],
                 claims_path: Path | None, policy: Path | None, out: Path | None,
                 summary_path: Path | None, no_dashboard: bool, history_path: Path | None) -> None:
     """Build -> sweep each arm -> verdict vs history (suspicious points rerun once) -> claims
@@ -207,7 +212,7 @@ def nightly_cmd(ctx: click.Context, profiles: str, build: str, overrides: tuple[
     result = run_nightly(names, build, overrides=overrides, claims_path=claims_path,
                          policy_path=policy, out=out, history_path=history_path,
                          summary_path=summary_path, dashboard=not no_dashboard, echo=click.echo)
-    ctx.exit(result.exit_code)
+    _exit(result.exit_code)
 
 
 def register(group: click.Group) -> None:
