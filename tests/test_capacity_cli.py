@@ -87,7 +87,7 @@ def test_plot_is_offline_html(tmp_path: Path) -> None:
 def test_errors_exit_2_with_message() -> None:
     proc = subprocess.run(
         [sys.executable, "-c", "from harness.cli import main; main()", "capacity", "--tp", "1"],
-        capture_output=True, text=True, timeout=60,
+        check=False, capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: GLM-5.3 does not fit"), proc.stderr
