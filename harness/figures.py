@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import html
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,7 +69,7 @@ STYLES: tuple[tuple[str, str], ...] = (
 )
 
 # Points closer than this fraction of both axis spans share one merged label ("c24/c32").
-LABEL_MERGE_FRACTION = 0.025
+LABEL_MERGE_FRACTION = 0.012
 
 
 # --------------------------------------------------------------------------- series data
@@ -430,14 +431,20 @@ def pareto_figure(runs: Sequence[Run], *, published: bool = True, definition: st
     fig.update_layout(
         title={"text": _escape(title or (figure_title(runs) if runs else "published reference")),
                "x": 0.01},
-        barmode="group", template="plotly_white", height=860, margin={"t": 80, "b": 120},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.09, "x": 0},
+        barmode="group", template="plotly_white", height=880, margin={"t": 80, "b": 130},
+        legend={"x": 1.02, "y": 1, "xanchor": "left", "font": {"size": 11}},
         meta={"definition": definition, "footnote": note},
     )
     if note:
-        fig.add_annotation(text=_escape(note), xref="paper", yref="paper", x=0, y=-0.16,
+        wrapped = "<br>".join(textwrap.wrap(_escape(note), 150, break_long_words=False, break_on_hyphens=False))
+        fig.add_annotation(text=wrapped, xref="paper", yref="paper", x=0, y=-0.085,
                            showarrow=False, align="left", font={"size": 11, "color": "#555"},
                            xanchor="left", yanchor="top")
+    if not any(p.values.get(xk) is not None and p.values.get(yk) is not None
+               for s, _ in all_series for p in s.points):
+        fig.add_annotation(text=f"no point of these runs has {xk} and {yk}", xref="x domain",
+                           yref="y domain", x=0.5, y=0.5, showarrow=False,
+                           font={"size": 14, "color": "#b00020"})
     return fig
 
 

@@ -1,0 +1,225 @@
+"""The report opens in the system's headless Chromium: no console errors, no network requests,
+a non-blank screenshot, and hostile run names stay inert text.
+
+Chromium is driven over the DevTools protocol on a pipe (--remote-debugging-pipe: JSON messages
+ending in NUL on fds 3/4), so no extra client library is needed. Any DNS lookup is made to fail
+(--host-resolver-rules) and every request the page makes is recorded.
+CI must install Debian's chromium (`apt-get install -y chromium`).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import queue
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image, ImageStat
+from test_figures_crafted import published_points, write_run
+
+from harness.dashboard import write_report
+
+CHROMIUM = os.environ.get("REPRO_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+
+
+class DevTools:
+    """A minimal DevTools-protocol session with a headless Chromium over a pipe."""
+
+    def __init__(self, profile_dir: Path) -> None:
+        to_child_r, self._to_child = os.pipe()
+        self._from_child, from_child_w = os.pipe()
+
+        def wire_fds() -> None:  # runs in the child: DevTools reads fd 3, writes fd 4
+            os.dup2(to_child_r, 3)
+            os.dup2(from_child_w, 4)
+
+        self.proc = subprocess.Popen(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--disable-default-apps", "--disable-extensions", "--no-first-run",
+             "--no-default-browser-check", "--mute-audio", "--hide-scrollbars",
+             "--host-resolver-rules=MAP * ~NOTFOUND", "--remote-debugging-pipe",
+             f"--user-data-dir={profile_dir}", "--window-size=1280,1600", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(3, 4),
+            preexec_fn=wire_fds, start_new_session=True,  # noqa: PLW1509 (reader thread starts after)
+        )
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self._next_id = 0
+        self._replies: dict[int, dict[str, Any]] = {}
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._cond = threading.Condition()
+        threading.Thread(target=self._reader, daemon=True).start()
+
+    def _reader(self) -> None:
+        buffer = b""
+        while chunk := os.read(self._from_child, 1 << 16):
+            buffer += chunk
+            while b"\0" in buffer:
+                raw, buffer = buffer.split(b"\0", 1)
+                message = json.loads(raw)
+                if "id" in message:
+                    with self._cond:
+                        self._replies[message["id"]] = message
+                        self._cond.notify_all()
+                else:
+                    self.events.put(message)
+
+    def call(self, method: str, params: dict | None = None, session: str | None = None,
+             timeout: float = 60.0) -> dict[str, Any]:
+        self._next_id += 1
+        ident = self._next_id
+        message: dict[str, Any] = {"id": ident, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self._to_child, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while ident not in self._replies:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"DevTools {method} timed out")
+                self._cond.wait(left)
+            reply = self._replies.pop(ident)
+        if "error" in reply:
+            raise RuntimeError(f"DevTools {method}: {reply['error']}")
+        return reply.get("result", {})
+
+    def close(self) -> None:
+        try:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait(timeout=10)
+        for fd in (self._to_child, self._from_child):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def open_in_chromium(html: Path, profile_dir: Path) -> dict[str, Any]:
+    """Load `html`, let Plotly draw, and return what happened (events, screenshot, DOM facts)."""
+    browser = DevTools(profile_dir)
+    try:
+        page = next(t for t in browser.call("Target.getTargets")["targetInfos"]
+                    if t["type"] == "page")
+        session = browser.call("Target.attachToTarget",
+                               {"targetId": page["targetId"], "flatten": True})["sessionId"]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            browser.call(f"{domain}.enable", session=session)
+        browser.call("Emulation.setDeviceMetricsOverride",
+                     {"width": 1280, "height": 1600, "deviceScaleFactor": 1, "mobile": False},
+                     session=session)
+        browser.call("Page.navigate", {"url": html.resolve().as_uri()}, session=session)
+        drawn = 0
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            result = browser.call("Runtime.evaluate", {
+                "expression": "document.readyState === 'complete' ? "
+                              "document.querySelectorAll('.js-plotly-plot').length : -1",
+                "returnByValue": True}, session=session)
+            drawn = result["result"].get("value", -1)
+            if drawn > 0:
+                break
+            time.sleep(0.5)
+        time.sleep(1.0)  # let pending console messages and requests arrive
+        facts = browser.call("Runtime.evaluate", {"expression": """({
+            title: document.title,
+            h1: document.querySelector('h1').textContent,
+            plots: document.querySelectorAll('.js-plotly-plot').length,
+            scripts: Array.from(document.scripts).map(s => s.type || 'js'),
+            injected: document.querySelectorAll('img, iframe').length,
+            body: document.body.innerText})""", "returnByValue": True},
+            session=session)["result"]["value"]
+        shot = browser.call("Page.captureScreenshot", {"format": "png"}, session=session)
+        events = []
+        while not browser.events.empty():
+            events.append(browser.events.get())
+        return {"events": events, "facts": facts, "drawn": drawn,
+                "screenshot": base64.b64decode(shot["data"])}
+    finally:
+        browser.close()
+
+
+def _problems(events: list[dict[str, Any]]) -> dict[str, list[str]]:
+    requests, errors, dialogs = [], [], []
+    for event in events:
+        method, params = event.get("method"), event.get("params", {})
+        if method == "Network.requestWillBeSent":
+            requests.append(params["request"]["url"])
+        elif method == "Runtime.exceptionThrown":
+            errors.append(json.dumps(params["exceptionDetails"])[:500])
+        elif method == "Runtime.consoleAPICalled" and params.get("type") in {"error", "assert"}:
+            errors.append(json.dumps(params.get("args"))[:500])
+        elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
+            errors.append(params["entry"].get("text", "")[:500])
+        elif method == "Page.javascriptDialogOpening":
+            dialogs.append(params.get("message", ""))
+    return {"requests": requests, "errors": errors, "dialogs": dialogs}
+
+
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(),
+    reason="needs Debian's chromium (apt-get install -y chromium); CI installs it",
+)
+
+
+@pytest.fixture(scope="module")
+def hostile_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("browser")
+    a = write_run(root / "a", "hisparse-run", published_points(0))
+    points = published_points(1)
+    points[2].update(valid=False, invalid_reasons=["<b>2</b> requests failed"])
+    b = write_run(root / "b", "<script>alert(1)</script>", points,
+                  profile_name="<img src=x onerror=alert(2)>")
+    html = write_report([a, b], out=root / "report.html", title="<script>alert(3)</script>")
+    outcome = open_in_chromium(html, root / "chromium-profile")
+    outcome["html"] = html.read_text(encoding="utf-8")
+    outcome["uri"] = html.resolve().as_uri()
+    return outcome
+
+
+def test_report_renders_offline_without_console_errors(hostile_report: dict[str, Any]) -> None:
+    problems = _problems(hostile_report["events"])
+    assert problems["errors"] == []
+    # Only the file itself: plotly.js is inline, nothing is fetched from anywhere.
+    assert {url.split(":", 1)[0] for url in problems["requests"]} <= {"file", "data", "blob"}
+    assert [u for u in problems["requests"] if u.startswith("file:")] == [hostile_report["uri"]]
+    # Two Pareto figures plus one /metrics figure per configured point (5).
+    assert hostile_report["facts"]["plots"] == 7
+
+
+def test_screenshot_is_not_blank(hostile_report: dict[str, Any]) -> None:
+    image = Image.open(io.BytesIO(hostile_report["screenshot"])).convert("L")
+    assert image.size == (1280, 1600)
+    stats = ImageStat.Stat(image)
+    assert stats.stddev[0] > 10.0  # a blank page has ~0; figures and tables give tens
+    colours = Image.open(io.BytesIO(hostile_report["screenshot"])).convert("RGB").getcolors(1 << 20)
+    assert colours is not None and len(colours) > 50  # anti-aliased plots, not a flat page
+
+
+def test_hostile_names_are_escaped_and_inert(hostile_report: dict[str, Any]) -> None:
+    problems = _problems(hostile_report["events"])
+    assert problems["dialogs"] == []
+    facts = hostile_report["facts"]
+    assert facts["title"] == "<script>alert(3)</script>"  # shown as text
+    assert facts["injected"] == 0  # the <img onerror> profile name did not become an element
+    assert "<script>alert(1)</script>" in facts["body"]  # visible, as literal text
+    assert "<img src=x onerror=alert(2)>" in facts["body"]
+    html = hostile_report["html"]
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<img src=x" not in html
+    # The only scripts are plotly.js, the figure data blocks and the drawing code.
+    assert set(facts["scripts"]) == {"js", "application/json"}
+    assert facts["scripts"].count("js") == 2
