@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
+import functools
 import json
 import os
 import re
@@ -112,6 +113,14 @@ def _quote(arg: str) -> str:
 
 
 def load_builds(path: Path = BUILDS_FILE) -> dict[str, Build]:
+    try:
+        return dict(_load_builds(path, path.stat().st_mtime_ns))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read builds: {exc}") from exc
+
+
+@functools.lru_cache(maxsize=4)
+def _load_builds(path: Path, _mtime_ns: int) -> dict[str, Build]:
     try:
         raw = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
@@ -536,14 +545,20 @@ def _remove_stale_stages(name: str) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def serve_option_table(build: Build) -> dict[str, dict]:
-    """Valid `vllm serve` options for the build's version (generated data + fork-only extras)."""
+@functools.lru_cache(maxsize=8)
+def _option_table(version: str) -> dict[str, dict]:
     from importlib import resources
 
-    ref = resources.files("harness") / "data" / "vllm_serve_options" / f"{build.serve_options}.yaml"
+    ref = resources.files("harness") / "data" / "vllm_serve_options" / f"{version}.yaml"
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return dict(yaml.load(ref.read_text(), Loader=loader)["options"])
+
+
+def serve_option_table(build: Build) -> dict[str, dict]:
+    """Valid `vllm serve` options for the build's version (generated data + fork-only extras)."""
     try:
-        table = dict(yaml.safe_load(ref.read_text())["options"])
-    except (OSError, FileNotFoundError) as exc:
+        table = dict(_option_table(build.serve_options))
+    except OSError as exc:
         raise ConfigError(f"{BUILDS_FILE}: builds.{build.name}.serve_options: no option table "
                           f"{build.serve_options!r} ({exc})") from exc
     for key, kind in build.extra_serve_options.items():
