@@ -94,10 +94,14 @@ def hardware_fingerprint(host: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:8]
 
 
-def history_key(manifest_data: dict[str, Any]) -> str:
+def history_key(manifest_data: dict[str, Any], *, include_overrides: bool = True) -> str:
+    """The run's series. ``include_overrides=False`` (the nightly's --set) treats overrides as
+    part of the candidate under test, like the build, and keys the run as its plain profile."""
     profile = manifest_data.get("profile_name", "?")
     # A build= override is how the nightly swaps builds: the build is what history watches.
     overrides = [o for o in manifest_data.get("overrides") or [] if not o.startswith("build=")]
+    if not include_overrides:
+        overrides = []
     if overrides:
         digest = hashlib.sha256("\n".join(sorted(overrides)).encode()).hexdigest()[:6]
         profile = f"{profile}+set-{digest}"
@@ -164,8 +168,10 @@ class History:
         reason: str,
         verdict: dict[str, Any] | None = None,
         actor: str | None = None,
+        key: str | None = None,
     ) -> HistoryEntry:
-        """Append a run (once per run directory) and an event with its initial state."""
+        """Append a run (once per run directory) and an event with its initial state.
+        ``key`` defaults to :func:`history_key` of the run's manifest."""
         _check_state(state)
         manifest = run.manifest.model_dump(mode="json")
         build = manifest.get("build") or {}
@@ -182,7 +188,7 @@ class History:
                     " created_at, recorded_at, manifest_json, points_json)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
-                        run.name, str(run.root.resolve()), history_key(manifest),
+                        run.name, str(run.root.resolve()), key or history_key(manifest),
                         run.manifest.profile_name, profile.get("build") or build.get("name"),
                         _build_commit(build), run.manifest.created_at, time.time(),
                         json.dumps(manifest), json.dumps(point_rows(run)),

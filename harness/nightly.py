@@ -5,8 +5,10 @@ Per arm (profile):
 
 1. sweep it with the nightly build (``harness.sweep.run_sweep``) into ``OUT/nightly-STAMP-ARM``;
 2. compare with the median of the last N accepted runs of the same history key
-   (:mod:`harness.history`); with no accepted run yet the arm is ``new`` (it becomes the
-   baseline);
+   (:mod:`harness.history`); ``--set`` overrides count as part of the candidate, like the
+   build, so ``--set serve.num-gpu-blocks-override=16`` is judged against the plain profile's
+   history (that is how CI exercises a degraded build); with no accepted run yet the arm is
+   ``new`` (it becomes the baseline);
 3. if a per-point row is *suspicious*, rerun exactly those points once (``only_points``) into
    ``...-rerun``; the rerun's values replace the first ones and the row's final class is the
    rerun's class: a breach of the threshold again -> regression, inside the band -> still
@@ -124,11 +126,12 @@ def confirm(first: Verdict, second: Verdict, rerun_name: str) -> Verdict:
                    first.policy, rows, [*first.notes, f"suspicious points rerun in {rerun_name}"])
 
 
-def _judge_arm(arm: ArmResult, history: History, policy_path: Path | str | None, *,
+def judge_arm(arm: ArmResult, history: History, policy_path: Path | str | None, *,
                rerun: Callable[[list[str]], Path], echo: Echo) -> None:
     run = load_run(arm.run_dir)
     policy = choose_policy(run, policy_path)
-    arm.key = history_key(run.manifest.model_dump(mode="json"))
+    # The nightly's --set values are part of the candidate (like the build): same series.
+    arm.key = history_key(run.manifest.model_dump(mode="json"), include_overrides=False)
     entries = history.baseline(arm.key, policy.baseline_runs, exclude_run_dir=run.root)
     if not entries:
         arm.status = "new"
@@ -141,8 +144,9 @@ def _judge_arm(arm: ArmResult, history: History, policy_path: Path | str | None,
     label = f"history {arm.key} (median of {len(entries)} accepted run(s))"
     baselines = [e.view() for e in entries]
     verdict = evaluate(view_from_run(run), baselines, policy, baseline_label=label)
-    suspicious = sorted({r.point for r in verdict.rows
-                         if r.cls == "suspicious" and r.scope == "point"})
+    flagged = {r.parallel: r.point for r in verdict.rows
+               if r.cls == "suspicious" and r.scope == "point"}
+    suspicious = [flagged[p] for p in sorted(flagged)]
     if suspicious:
         echo(f"{arm.profile}: suspicious at {', '.join(suspicious)}; rerunning those points once")
         arm.rerun_dir = rerun(suspicious)
@@ -191,11 +195,11 @@ def run_nightly(
                                  run_id=f"nightly-{stamp}-{name}-rerun", only_points=labels,
                                  report=False, echo=echo)
 
-            _judge_arm(arm, history, policy_path, rerun=rerun, echo=echo)
+            judge_arm(arm, history, policy_path, rerun=rerun, echo=echo)
         except (IncomparableError, ReproError) as exc:
             arm.status, arm.error = "error", str(exc)
             echo(f"{name}: error: {exc}")
-        _record(arm, history)
+        record_arm(arm, history)
         echo(f"{name}: {arm.status}" + (f" ({arm.error})" if arm.error else ""))
 
     finished = [a.run_dir for a in result.arms if a.run_dir is not None and a.status != "error"]
@@ -224,7 +228,7 @@ def run_nightly(
     return result
 
 
-def _record(arm: ArmResult, history: History) -> None:
+def record_arm(arm: ArmResult, history: History) -> None:
     if arm.run_dir is None or not (arm.run_dir / "manifest.json").is_file():
         return  # nothing was written: nothing to keep
     try:
@@ -238,7 +242,8 @@ def _record(arm: ArmResult, history: History) -> None:
             "nightly: regression in " + ", ".join(arm.verdict.regressed_metrics()))
     else:
         state, reason = "accepted", f"nightly: {arm.status}"
-    history.record(run, state=state, reason=reason,
+    key = arm.key or history_key(run.manifest.model_dump(mode="json"), include_overrides=False)
+    history.record(run, state=state, reason=reason, key=key,
                    verdict=arm.verdict.to_dict() if arm.verdict else None, actor="nightly")
     arm.history_state = state
 
