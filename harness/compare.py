@@ -89,9 +89,9 @@ def _fmt(value: float | None) -> str:
         return "-"
     if value == 0:
         return "0"
-    if abs(value) >= 1e4 or abs(value) < 1e-3:
+    if abs(value) >= 1e7 or abs(value) < 1e-3:
         return f"{value:.3e}"
-    return f"{value:.4g}"
+    return f"{value:.6g}"
 
 
 MARKS = {"better": "better ▲", "worse": "WORSE ▼", "same": "same", "info": "", "n/a": "",
@@ -112,7 +112,7 @@ def render_table(rows: Sequence[dict[str, Any]], a_name: str, b_name: str,
         if not table:
             return
         widths = [max(len(row[i]) for row in [header, *table]) for i in range(len(header))]
-        lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+        lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
         for row in table:
             lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         lines.append("")

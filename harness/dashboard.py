@@ -476,3 +476,17 @@ def write_report(run_dirs: Sequence[Path], *, baseline: Path | None = None,
     atomic_write_text(path, html_text)
     path.chmod(0o644)  # a report is meant to be shared (the temp file was 0600)
     return path
+
+
+def resolve_run_dir(spec: str | Path) -> Path:
+    """A run given as a directory, or as a run id under results_dir()."""
+    from harness.paths import results_dir
+
+    path = Path(spec).expanduser()
+    if (path / "manifest.json").is_file():
+        return path
+    candidate = results_dir() / str(spec)
+    if (candidate / "manifest.json").is_file():
+        return candidate
+    raise RunError(f"{spec}: not a run directory (no manifest.json there or under "
+                   f"{results_dir()})")

@@ -436,7 +436,8 @@ def pareto_figure(runs: Sequence[Run], *, published: bool = True, definition: st
         meta={"definition": definition, "footnote": note},
     )
     if note:
-        wrapped = "<br>".join(textwrap.wrap(_escape(note), 150, break_long_words=False, break_on_hyphens=False))
+        lines = textwrap.wrap(_escape(note), 150, break_long_words=False, break_on_hyphens=False)
+        wrapped = "<br>".join(lines)
         fig.add_annotation(text=wrapped, xref="paper", yref="paper", x=0, y=-0.085,
                            showarrow=False, align="left", font={"size": 11, "color": "#555"},
                            xanchor="left", yanchor="top")

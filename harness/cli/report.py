@@ -1,9 +1,111 @@
-"""CLI wiring for the report area (owned by that area's module)."""
+"""CLI wiring for the report area: `repro report`, `repro compare`, `repro figure`."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
 
 def register(group: click.Group) -> None:
     """Add this area's commands to the `repro` group."""
+    group.add_command(report)
+    group.add_command(compare)
+    group.add_command(figure)
+
+
+@click.command()
+@click.argument("runs", nargs=-1, required=True, metavar="RUN...")
+@click.option("--baseline", default=None, metavar="RUN",
+              help="Run every ratio is taken against (default: the first RUN); added if not "
+                   "among RUN.")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Output .html file (default: dashboards/<run>[-vs-<run>].html or "
+                   "REPRO_DASHBOARDS).")
+@click.option("--title", default=None, help="Page title (default: from the runs' metadata).")
+def report(runs: tuple[str, ...], baseline: str | None, out: Path | None,
+           title: str | None) -> None:
+    """Write one standalone, offline HTML dashboard for one or more runs.
+
+    RUN is a run directory or a run id under results/. The page holds the blog's figure (with the
+    published MTP3 values overlaid, labelled "published") and the bench-sweep view, per-point
+    tables of every derived metric with ratios against the baseline, the scraped /metrics time
+    series of every point, invalid points with their reasons, and each run's provenance.
+
+    \b
+    Examples:
+      repro report results/cpu-tiny-20260101-000000
+      repro report results/nightly-b --baseline results/nightly-a --out pr.html
+    """
+    from harness.dashboard import resolve_run_dir, write_report
+
+    dirs = [resolve_run_dir(r) for r in runs]
+    base = resolve_run_dir(baseline) if baseline else None
+    path = write_report(dirs, baseline=base, out=out, title=title)
+    click.echo(str(path))
+
+
+@click.command()
+@click.argument("a", metavar="A")
+@click.argument("b", metavar="B")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a table.")
+@click.option("--tolerance", type=click.FloatRange(min=0.0), default=None,
+              help="Relative change under which two values count as the same [default: 0.02].")
+@click.option("--all", "include_empty", is_flag=True,
+              help="Also list metrics that neither run has.")
+def compare(a: str, b: str, as_json: bool, tolerance: float | None, include_empty: bool) -> None:
+    """Compare run B against run A, point by point, for every derived metric.
+
+    Points are matched by (parallel, number), repeats reduced to medians. Each row shows A, B,
+    B-A, B/A and whether B is better or worse given the metric's direction (higher or lower is
+    better); metrics without a direction are informational. Exit status is 0 whatever the
+    verdicts (use `repro regress` for a gate).
+
+    \b
+    Examples:
+      repro compare results/run-a results/run-b
+      repro compare run-a run-b --json | jq '.rows[] | select(.verdict=="worse")'
+    """
+    from harness.compare import DEFAULT_TOLERANCE, compare_json, compare_runs, render_table
+    from harness.dashboard import resolve_run_dir
+    from harness.results import load_run
+
+    tol = DEFAULT_TOLERANCE if tolerance is None else tolerance
+    run_a, run_b = load_run(resolve_run_dir(a)), load_run(resolve_run_dir(b))
+    rows = compare_runs(run_a, run_b, tolerance=tol)
+    if as_json:
+        click.echo(compare_json(run_a, run_b, rows, tol), nl=False)
+    else:
+        click.echo(render_table(rows, run_a.name, run_b.name, include_empty=include_empty,
+                                tolerance=tol), nl=False)
+
+
+@click.command()
+@click.argument("runs", nargs=-1, required=True, metavar="RUN...")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="Output file; .png and .svg need kaleido and Chromium, .html needs nothing.")
+@click.option("--definition", type=click.Choice(["blog", "bench-sweep"]), default="blog",
+              show_default=True,
+              help="blog: 1000/mean TPOT vs total tok/s per GPU; bench-sweep: output tok/s per "
+                   "user vs output tok/s per GPU (vLLM bench sweep).")
+@click.option("--published/--no-published", default=True, show_default=True,
+              help="Overlay the blog's published MTP3 values (blog definition only).")
+@click.option("--title", default=None, help="Figure title (default: from the runs' metadata).")
+def figure(runs: tuple[str, ...], out: Path, definition: str, published: bool,
+           title: str | None) -> None:
+    """Write the two-panel figure (Pareto + mean running requests) for one or more runs.
+
+    \b
+    Examples:
+      repro figure results/run-a results/run-b --out pareto.png
+      repro figure results/run-a --out pareto.svg --definition bench-sweep
+    Static export uses the system Chromium (apt-get install -y chromium, or BROWSER_PATH).
+    """
+    from harness.dashboard import resolve_run_dir
+    from harness.export import export_figure
+    from harness.figures import pareto_figure
+    from harness.results import load_run
+
+    loaded = [load_run(resolve_run_dir(r)) for r in runs]
+    fig = pareto_figure(loaded, published=published, definition=definition, title=title)
+    click.echo(str(export_figure(fig, out)))
