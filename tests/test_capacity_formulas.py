@@ -279,3 +279,16 @@ def test_seq_range() -> None:
     for bad in ("8192:1024", "a:b:c", "10:5:1", "0:10:1"):
         with pytest.raises(ConfigError, match="--seq-range"):
             parse_seq_range(bad)
+
+
+def test_blog_host_pool_384_gib() -> None:
+    # vllm.md 6.2: 384 GiB holds floor(384 x 2^30 / 2,875,392) = 143,395 host blocks, about 64
+    # requests at 142k (143,395 // 2219 = 64): far above the GPU-side 29, so not limiting
+    result = evaluate(make_deployment(host_pool_gib=384), 142000)
+    assert result.default.limits.host_pool == 143395
+    assert result.default.limits.host_limit == 64
+    assert result.default.hisparse_requests == 29 and result.default.limiter == "HiSparse GPU pool"
+    # vLLM refuses a pool below cdiv(142000, 64) + 2 = 2221 host blocks = 5.95 GiB (vllm.md 1.4)
+    small = evaluate(make_deployment(host_pool_gib=5), 142000)
+    assert any("vLLM refuses to start" in note for note in small.notes)
+    assert round(small.to_json()["vllm_min_host_pool_gib"], 2) == 5.95

@@ -46,6 +46,7 @@ def _write_run(
     *,
     dataset: dict[str, Any],
     host: dict[str, Any] | None = None,
+    launch: dict[str, Any] | None = None,
 ) -> Path:
     prof = load_profile(profile)
     layout = RunLayout(root)
@@ -55,7 +56,7 @@ def _write_run(
         harness_version="test", engine="vllm", base_url="http://127.0.0.1:8000",
         profile_name=prof.name, profile=prof.model_dump(mode="json"), gpus=max(prof.gpus, 1),
         dataset=dataset, workload_key="k", client={"name": "evalscope", "version": "1.7.0"},
-        host=host or {}, sweep=prof.sweep.model_dump(mode="json"),
+        host=host or {}, sweep=prof.sweep.model_dump(mode="json"), launch=launch,
     )
     atomic_write_json(layout.manifest, manifest)
     for parallel, conversations, occupancy in points:
@@ -121,6 +122,30 @@ def test_baseline_arm_from_recipe_numbers(tmp_path: Path) -> None:
     assert point.predicted_at_mean == 4 and point.predicted_at_max == 4
     assert point.ratio == pytest.approx(5.6 / 4)
     assert any("assuming H200" in n for n in comparison.notes)
+
+
+def test_vllm_pool_lines_are_compared(tmp_path: Path) -> None:
+    # vLLM's own pools, from the launch record (harness.provenance.kv_capacity_lines)
+    baseline = _write_run(
+        tmp_path / "run-b", "offload512-nomtp", [(32, [0], 5.5)],
+        dataset={"path": "", "sha256": "0" * 64, "manifest": {"first_turn_length": F,
+                 "subsequent_turn_length": S, "num_turns": TURNS}},
+        launch={"kv_capacity": {"lines": ["GPU KV cache size: 480,000 tokens"],
+                                "kv_cache_tokens": 480000}},
+    )
+    # 480,000 / 64 = 7500 blocks x 3,052,800 B / 2^30 = 21.3 GiB/GPU
+    assert any("21.3 GiB/GPU against the calculator's 17.8" in n for n in compare_run(baseline).notes)
+    line = ("HiSparse HMA: 384.0 GiB host source (143,395 blocks), 16.5 GiB shared GPU "
+            "indexer/resident/hot pool (96,000 blocks)")
+    hisparse = _write_run(
+        tmp_path / "run-h", "hisparse384", [(32, [0], 20.0)],
+        dataset={"path": "", "sha256": "0" * 64, "manifest": {"first_turn_length": F,
+                 "subsequent_turn_length": S, "num_turns": TURNS}},
+        launch={"kv_capacity": {"lines": [line], "kv_cache_tokens": None}},
+    )
+    notes = compare_run(hisparse).notes
+    assert any("HiSparse GPU pool: 96,000 pages (16.5 GiB)" in n for n in notes)
+    assert not any("GPU KV cache of" in n for n in notes)
 
 
 def test_workload_from_dataset_manifest_turn_list(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,12 @@ from harness.capacity.formulas import Deployment, SeqResult, evaluate, make_depl
 from harness.capacity.model import ModelSpec, find_model_for, load_model
 from harness.errors import ConfigError
 from harness.results import PointRecord, Run, load_run
+
+# "HiSparse HMA: X GiB host source (N blocks), Y GiB shared GPU indexer/resident/hot pool (M blocks)"
+HMA_LINE = re.compile(
+    r"HiSparse HMA:\s*([\d.]+) GiB host source \(([\d,]+) blocks\),\s*([\d.]+) GiB shared GPU"
+    r"[^(]*\(([\d,]+) blocks\)"
+)
 
 
 class NoCapacityModel(ConfigError):
@@ -381,8 +388,9 @@ def compare_run(
     spec = resolve_run_model(loaded, model)
     facts = serve_facts(loaded.manifest.profile)
     notes: list[str] = []
+    launch = loaded.manifest.launch or {}
     if gpu is None and hbm_gib is None:
-        gpu = _gpu_from_host(loaded.manifest.host)
+        gpu = _gpu_from_host(loaded.manifest.host) or _gpu_from_host(launch.get("host") or {})
         if gpu is None:
             gpu = "h200"
             notes.append("GPU type not found in the run's host facts; assuming H200 (use --gpu)")
@@ -411,6 +419,25 @@ def compare_run(
         kv_gib_per_gpu=kv_gib_per_gpu,
         gpu_memory_utilization=facts.gpu_memory_utilization,
     )
+    kv_capacity = launch.get("kv_capacity") or {}
+    kv_tokens = kv_capacity.get("kv_cache_tokens")
+    for line in kv_capacity.get("lines") or []:
+        match = HMA_LINE.search(str(line))
+        if match and facts.hisparse:
+            gpu_gib, pages = float(match.group(3)), int(match.group(4).replace(",", ""))
+            notes.append(
+                f"vLLM's HiSparse GPU pool: {pages:,} pages ({gpu_gib:g} GiB); the calculator "
+                f"assumes {dep.kv_gib_per_gpu:.1f} GiB/GPU (rerun with --kv-gib-per-gpu "
+                f"{gpu_gib:g} to predict from vLLM's own pool)"
+            )
+    if isinstance(kv_tokens, int) and kv_tokens > 0 and not facts.hisparse:
+        implied = kv_tokens / dep.baseline_block_tokens * dep.baseline_block_bytes / 2**30
+        notes.append(
+            f"vLLM reported a GPU KV cache of {kv_tokens:,} tokens; at {dep.baseline_block_bytes:,} "
+            f"B per {dep.baseline_block_tokens}-token block that is {implied:.1f} GiB/GPU against "
+            f"the calculator's {dep.kv_gib_per_gpu:.1f} (rerun with --kv-gib-per-gpu "
+            f"{implied:.1f} to predict from vLLM's own pool)"
+        )
     if facts.hisparse and facts.host_pool_gib is None:
         notes.append("HiSparse host_pool_gib not found in the profile; assuming a non-limiting pool")
     workload, per_point = run_workload(loaded)
