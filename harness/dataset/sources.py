@@ -1,0 +1,232 @@
+"""Trajectory and pad-text sources: hub ids (network), local parquet/JSONL (always), synthetic.
+
+Rows are yielded in source order (the original consumes trajectories in dataset order, without
+shuffling). A source's provenance (kind, revision, files and their sha256) goes in the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from harness.dataset.recipe import SYNTHETIC
+from harness.errors import DatasetError
+
+LOCAL_SUFFIXES = (".parquet", ".jsonl", ".json")
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _local_files(path: Path) -> list[Path]:
+    if path.is_file():
+        if not path.name.endswith(LOCAL_SUFFIXES):
+            raise DatasetError(f"{path}: unsupported file type (want .parquet, .jsonl or .json)")
+        return [path]
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(LOCAL_SUFFIXES))
+    if not files:
+        raise DatasetError(f"{path}: no .parquet/.jsonl/.json files inside")
+    return files
+
+
+def _iter_file(path: Path) -> Iterator[dict[str, Any]]:
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            parquet = pq.ParquetFile(path)
+        except Exception as exc:
+            raise DatasetError(f"{path}: not a readable parquet file: {exc}") from exc
+        for batch in parquet.iter_batches(batch_size=64):
+            yield from batch.to_pylist()
+    elif path.suffix == ".jsonl":
+        with path.open(encoding="utf-8") as handle:
+            for line_no, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DatasetError(f"{path}:{line_no}: invalid JSON: {exc}") from exc
+    else:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}: invalid JSON: {exc}") from exc
+        rows = data if isinstance(data, list) else data.get("rows") if isinstance(data, dict) else None
+        if not isinstance(rows, list):
+            raise DatasetError(f"{path}: a .json source must be a list of rows (or {{'rows': [...]}})")
+        yield from rows
+
+
+def is_local(spec: str) -> bool:
+    return Path(spec).expanduser().exists()
+
+
+class Source:
+    """Rows of one source plus where they came from."""
+
+    def __init__(self, spec: str, *, split: str, revision: str | None, role: str, seed: int = 0):
+        self.spec = spec
+        self.split = split
+        self.revision = revision
+        self.role = role
+        self.seed = seed
+        path = Path(spec).expanduser()
+        if spec == SYNTHETIC:
+            self.kind = "synthetic"
+            self.files: list[Path] = []
+        elif path.exists():
+            self.kind = "local"
+            self.files = _local_files(path)
+        elif spec.startswith((".", "/", "~")) or spec.count("/") != 1:
+            raise DatasetError(
+                f"{role} source {spec!r}: no such file or directory (and not a hub id)"
+            )
+        else:
+            self.kind = "hub"
+            self.files = []
+
+    def provenance(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"spec": self.spec, "kind": self.kind, "split": self.split}
+        if self.kind == "hub":
+            info["revision"] = self.revision or "main (unpinned)"
+        if self.kind == "local":
+            info["files"] = {str(p): _sha256_file(p) for p in self.files}
+        if self.kind == "synthetic":
+            from harness.dataset import synthetic
+
+            info["generator_version"] = synthetic.GENERATOR_VERSION
+            info["seed"] = self.seed
+        return info
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        if self.kind == "local":
+            for path in self.files:
+                yield from _iter_file(path)
+        elif self.kind == "synthetic":
+            from harness.dataset import synthetic
+
+            if self.role == "trajectories":
+                yield from synthetic.trajectories(self.seed)
+            else:
+                yield from synthetic.pad_documents(self.seed)
+        else:
+            yield from _iter_hub(self.spec, self.split, self.revision, self.role)
+
+
+def _iter_hub(spec: str, split: str, revision: str | None, role: str) -> Iterator[dict[str, Any]]:
+    """Hugging Face `datasets` (streaming, in order), then ModelScope, where a network exists."""
+    errors: list[str] = []
+    try:
+        from datasets import load_dataset
+
+        dataset = load_dataset(spec, split=split, revision=revision, streaming=True)
+        yield from dataset
+        return
+    except Exception as exc:  # noqa: BLE001
+        errors.append(f"datasets: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    try:
+        from modelscope import MsDataset
+
+        dataset = MsDataset.load(spec, split=split, version=revision)
+        yield from dataset
+        return
+    except Exception as exc:  # noqa: BLE001
+        errors.append(f"modelscope: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    raise DatasetError(
+        f"{role} source {spec!r} (split {split!r}) could not be loaded from a hub "
+        f"({'; '.join(errors)}); pass a local parquet/JSONL file or 'synthetic'"
+    )
+
+
+def flatten_content(content: Any) -> str:
+    """A message content as text: lists keep their text blocks and plain strings, '\\n'-joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text":
+                parts.append(str(part.get("text") or ""))
+            elif isinstance(part, str):
+                parts.append(part)
+        return "\n".join(parts)
+    return "" if content is None else str(content)
+
+
+def user_messages(row: dict[str, Any]) -> list[str]:
+    """The user messages of one trajectory row, normalised as the original does (recipe.md §6.3):
+    empty content/role dropped, tool -> user, other roles dropped, only user texts kept."""
+    trajectory = row.get("trajectory")
+    if isinstance(trajectory, str):
+        try:
+            trajectory = json.loads(trajectory)
+        except json.JSONDecodeError:
+            return []
+    if not isinstance(trajectory, list):
+        return []
+    texts = []
+    for message in trajectory:
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role") or ""
+        content = flatten_content(message.get("content"))
+        if not content or not role:
+            continue
+        if role == "tool":
+            role = "user"
+        if role == "user":
+            texts.append(content)
+    return texts
+
+
+def collect_conversations(
+    source: Source, *, number: int, only_resolved: bool, max_rows: int | None
+) -> tuple[list[list[str]], dict[str, int]]:
+    """The user messages of the first `number` usable rows, and scan statistics."""
+    conversations: list[list[str]] = []
+    stats = {"rows_scanned": 0, "skipped_empty": 0, "skipped_unresolved": 0}
+    for row in source.rows():
+        if max_rows is not None and stats["rows_scanned"] >= max_rows:
+            break
+        stats["rows_scanned"] += 1
+        if not isinstance(row, dict):
+            raise DatasetError(f"trajectories {source.spec!r}: row {stats['rows_scanned']} is not an object")
+        if only_resolved and row.get("resolved") != 1 and row.get("resolved") is not True:
+            stats["skipped_unresolved"] += 1
+            continue
+        messages = user_messages(row)
+        if not messages:
+            stats["skipped_empty"] += 1
+            continue
+        conversations.append(messages)
+        if len(conversations) >= number:
+            break
+    if len(conversations) < number:
+        raise DatasetError(
+            f"trajectories {source.spec!r}: only {len(conversations)} usable conversations in "
+            f"{stats['rows_scanned']} rows ({stats['skipped_empty']} empty, "
+            f"{stats['skipped_unresolved']} unresolved), {number} needed"
+        )
+    return conversations, stats
+
+
+def iter_pad_texts(source: Source, field: str) -> Iterator[str]:
+    for index, row in enumerate(source.rows()):
+        if not isinstance(row, dict) or field not in row:
+            raise DatasetError(
+                f"pad text {source.spec!r}: row {index} has no field {field!r} "
+                f"(set --pad-text-field / pad_text_field)"
+            )
+        value = row[field]
+        if isinstance(value, str) and value:
+            yield value

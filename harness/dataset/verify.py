@@ -1,0 +1,170 @@
+"""Re-tokenize a built swe_smith JSON and report exact per-turn counts, drift and templated lengths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.dataset.tok import TokenizerHandle
+from harness.errors import DatasetError
+
+
+def load_swe_smith(path: Path) -> dict[str, Any]:
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise DatasetError(f"dataset file {path} does not exist")
+    try:
+        data = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: not valid JSON: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("conversations"), list):
+        raise DatasetError(f"{path}: not a swe_smith dataset (no 'conversations' list)")
+    for c, conversation in enumerate(data["conversations"]):
+        if not isinstance(conversation, list) or not conversation:
+            raise DatasetError(f"{path}: conversation {c} is not a non-empty list of turns")
+        for t, turn in enumerate(conversation, 1):
+            messages = turn.get("messages") if isinstance(turn, dict) else None
+            if not isinstance(messages, list) or not all(
+                isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages
+            ):
+                raise DatasetError(f"{path}: conversation {c} turn {t} has no valid 'messages'")
+    return data
+
+
+def verify_file(
+    path: Path,
+    tok: TokenizerHandle,
+    *,
+    first_turn_length: int | None = None,
+    subsequent_turn_length: int | None = None,
+    output_tokens_estimate: int = 220,
+    full_template: bool = False,
+) -> dict[str, Any]:
+    """Per conversation and turn: bare tokens per message and per turn, drift from the targets
+    (from the file's metadata unless given), and the templated prompt length (empty assistant
+    replies, + output_tokens_estimate per earlier reply). Long contents are shrunk for the
+    template count (exact, see TokenizerHandle.shrink); `full_template` also renders every
+    first turn in full and reports any disagreement."""
+    data = load_swe_smith(path)
+    meta = data.get("metadata") or {}
+    F = first_turn_length if first_turn_length is not None else meta.get("first_turn_length")
+    S = subsequent_turn_length if subsequent_turn_length is not None else meta.get("subsequent_turn_length")
+    conversations = data["conversations"]
+    contents = [m["content"] for conv in conversations for turn in conv for m in turn["messages"]]
+    encoded = iter(tok.encode(contents))
+    histories: list[tuple[list[dict[str, Any]], list[Any]]] = []
+    first_turns: list[tuple[list[dict[str, Any]], list[Any]]] = []
+    report_convs = []
+    exact = total_turns = 0
+    max_drift = 0
+    for c, conv in enumerate(conversations):
+        messages: list[dict[str, Any]] = []
+        ids: list[Any] = []
+        turns = []
+        for t, turn in enumerate(conv, 1):
+            if t > 1:
+                messages = [*messages, {"role": "assistant", "content": ""}]
+                ids = [*ids, None]
+            turn_ids = [next(encoded) for _ in turn["messages"]]
+            messages = messages + list(turn["messages"])
+            ids = ids + turn_ids
+            histories.append((messages, ids))
+            if t == 1:
+                first_turns.append((messages, ids))
+            per_message = [len(x) for x in turn_ids]
+            bare = sum(per_message)
+            target = F if t == 1 else S
+            drift = None if target is None else bare - target
+            total_turns += 1
+            exact += drift == 0
+            if drift is not None:
+                max_drift = max(max_drift, abs(drift))
+            turns.append({
+                "turn": t,
+                "roles": [m.get("role") for m in turn["messages"]],
+                "message_tokens": per_message,
+                "bare_tokens": bare,
+                "target": target,
+                "drift": drift,
+                "prompt_tokens_field": turn.get("prompt_tokens"),
+            })
+        report_convs.append({"index": c, "turns": turns})
+    templated = tok.templated_lengths(histories)
+    disagreements = []
+    if full_template:
+        full = tok.templated_lengths(first_turns, full=True)
+        offsets = [sum(len(conv) for conv in conversations[:c]) for c in range(len(conversations))]
+        disagreements = [
+            {"conversation": c, "shrunk": templated[offsets[c]], "full": value}
+            for c, value in enumerate(full) if templated[offsets[c]] != value
+        ]
+    index = 0
+    for conv in report_convs:
+        for turn in conv["turns"]:
+            turn["templated_prompt_tokens"] = (
+                templated[index] + (turn["turn"] - 1) * output_tokens_estimate
+            )
+            index += 1
+    first_ok = sum(
+        1 for conv in report_convs
+        if conv["turns"][0]["prompt_tokens_field"] == conv["turns"][0]["templated_prompt_tokens"]
+    )
+    return {
+        "path": str(path),
+        "tokenizer": tok.identity(),
+        "targets": {"first_turn_length": F, "subsequent_turn_length": S},
+        "conversations": len(conversations),
+        "turns": total_turns,
+        "exact_turns": exact,
+        "max_abs_drift": max_drift,
+        "prompt_tokens_turn1_match": first_ok,
+        "template_full_check": (
+            {"checked": len(first_turns), "disagreements": disagreements} if full_template else None
+        ),
+        "per_conversation": report_convs,
+    }
+
+
+def summary_lines(report: dict[str, Any], *, per_turn: bool = False) -> list[str]:
+    """Human-readable lines for `repro dataset verify`."""
+    lines = [
+        (
+            f"{report['path']}: {report['conversations']} conversations, {report['turns']} "
+            f"turns; targets F={report['targets']['first_turn_length']} "
+            f"S={report['targets']['subsequent_turn_length']}"
+        ),
+        (
+            f"exact turns: {report['exact_turns']}/{report['turns']}; max |drift| "
+            f"{report['max_abs_drift']}; turn-1 prompt_tokens match the template: "
+            f"{report['prompt_tokens_turn1_match']}/{report['conversations']}"
+        ),
+    ]
+    check = report.get("template_full_check")
+    if check is not None:
+        lines.append(
+            f"full-render template check: {check['checked']} first turns, "
+            f"{len(check['disagreements'])} disagreements"
+        )
+    convs = report["per_conversation"]
+    if convs:
+        n_turns = max(len(c["turns"]) for c in convs)
+        lines.append("turn  bare(min/max)    drift(min/max)  templated prompt(min/mean/max)")
+        for t in range(n_turns):
+            rows = [c["turns"][t] for c in convs if len(c["turns"]) > t]
+            bare = [r["bare_tokens"] for r in rows]
+            drift = [r["drift"] for r in rows if r["drift"] is not None] or [0]
+            tmpl = [r["templated_prompt_tokens"] for r in rows]
+            lines.append(
+                f"{t + 1:>4}  {min(bare):>6}/{max(bare):<8} {min(drift):>+5}/{max(drift):<+8} "
+                f"{min(tmpl)}/{sum(tmpl) / len(tmpl):.1f}/{max(tmpl)}"
+            )
+    if per_turn:
+        for conv in convs:
+            for turn in conv["turns"]:
+                lines.append(
+                    f"conv {conv['index']:>4} turn {turn['turn']:>3}: {turn['message_tokens']} "
+                    f"= {turn['bare_tokens']} (drift {turn['drift']}), templated "
+                    f"{turn['templated_prompt_tokens']}"
+                )
+    return lines
