@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,3 +102,23 @@ def test_tp_must_divide_heads(tmp_path: Path) -> None:
 def test_unknown_model_name() -> None:
     with pytest.raises(ConfigError, match="unknown capacity model 'glm-9'"):
         load_model("glm-9")
+
+
+def test_validated_copy_is_cached_and_skips_pydantic(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("REPRO_CACHE", str(tmp_path / "cache"))
+    model = Path(load_model("glm-5.3").source_file)  # type: ignore[arg-type]
+    first = load_model_file(model)
+    entries = list((tmp_path / "cache" / "capacity-models").glob("*.json"))
+    assert len(entries) == 1
+    assert load_model_file(model) == first  # from the cache
+    entries[0].write_text("{not json", encoding="utf-8")  # damaged: validated again
+    assert load_model_file(model) == first
+    # A fresh process with a warm cache never imports pydantic for the calculator path.
+    code = (
+        "import sys; from harness.capacity.formulas import make_deployment, evaluate; "
+        "evaluate(make_deployment(), 142000); print('pydantic' in sys.modules)"
+    )
+    env = {**os.environ, "REPRO_CACHE": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True, timeout=60)
+    assert out.stdout.strip() == "False"

@@ -175,9 +175,9 @@ def make_deployment(
     arch, par = spec.architecture, spec.parallelism
     where = spec.source_file or spec.name
     if tp not in par.tp_sizes:
-        raise ConfigError(f"--tp {tp}: {where} allows tensor parallel sizes {par.tp_sizes}")
+        raise ConfigError(f"--tp {tp}: {where} allows tensor parallel sizes {list(par.tp_sizes)}")
     if dp not in par.dp_sizes:
-        raise ConfigError(f"--dp {dp}: {where} allows data parallel sizes {par.dp_sizes}")
+        raise ConfigError(f"--dp {dp}: {where} allows data parallel sizes {list(par.dp_sizes)}")
     if arch.num_attention_heads % tp:
         raise ConfigError(
             f"--tp {tp} does not divide num_attention_heads {arch.num_attention_heads} ({where})"
