@@ -172,13 +172,17 @@ class DatasetFacts:
 
 def _dataset(spec: str, *, build: bool) -> DatasetFacts:
     """Ensure (build or reuse) the dataset; with build=False (dry run) only inspect it."""
-    if build:
-        from harness.dataset import ensure_dataset
-
-        info = ensure_dataset(spec)
-        return DatasetFacts(Path(info.path), info.sha256, info.num_conversations, info.num_turns,
-                            dict(info.manifest or {}), True)
     path = Path(spec).expanduser()
+    if build:
+        try:
+            from harness.dataset import ensure_dataset
+        except ImportError:
+            if not (path.suffix == ".json" and path.is_file()):
+                raise
+        else:
+            info = ensure_dataset(spec)
+            return DatasetFacts(Path(info.path), info.sha256, info.num_conversations,
+                                info.num_turns, dict(info.manifest or {}), True)
     if path.suffix == ".json" and path.is_file():
         data = json.loads(path.read_text(encoding="utf-8"))
         conversations = data.get("conversations") or []
@@ -423,8 +427,8 @@ def write_run_summary(layout: RunLayout, run_id: str, points: list[PointRecord],
 
 
 def summary_table(points: list[PointRecord]) -> str:
-    cols = [("point", 16), ("valid", 6), ("occupancy", 10), ("interactivity", 13),
-            ("tput/GPU", 10), ("TPOT ms", 9), ("accept", 7), ("preempt", 8)]
+    cols = [("point", 16), ("valid", 7), ("occupancy", 11), ("interactivity", 15),
+            ("tput/GPU", 11), ("TPOT ms", 10), ("accept", 8), ("preempt", 8)]
     lines = ["".join(name.ljust(width) for name, width in cols)]
 
     def fmt(value: float | None) -> str:
@@ -622,7 +626,8 @@ def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | Non
         else:
             manifest.launch = server.provenance()
         manifest.client["command_template"] = client_command(
-            client_args(model, base_url), parallel=0, number=0, dataset_offset=0,
+            client_args(model, base_url), parallel="<parallel>", number="<number>",  # type: ignore[arg-type]
+            dataset_offset="<offset>",  # type: ignore[arg-type]
             name="<point>", outputs_dir=Path("<point dir>/evalscope"), executable="evalscope")
         atomic_write_json(layout.manifest, manifest)
 

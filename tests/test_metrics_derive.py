@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import RunError
-from harness.metrics import RequestTiming, client_in_flight_mean, counter_delta, derive_point_metrics
+from harness.metrics import (
+    RequestTiming,
+    client_in_flight_mean,
+    counter_delta,
+    derive_point_metrics,
+)
 from harness.points import parse_summary
 from harness.scrape import Sample, parse_metrics
 
