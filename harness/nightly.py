@@ -209,7 +209,7 @@ def run_nightly(
         except ReproError as exc:
             result.claims_notes = [f"claims not checked: {exc}"]
     if dashboard and finished:
-        result.dashboard = _dashboard(finished, stamp, result.notes)
+        result.dashboard = _dashboard(result, finished, history)
     result.summary_path = summary_path or out_dir / f"nightly-{stamp}.md"
     text = render_summary(result)
     from harness.results import atomic_write_json, atomic_write_text
@@ -248,14 +248,21 @@ def record_arm(arm: ArmResult, history: History) -> None:
     arm.history_state = state
 
 
-def _dashboard(run_dirs: list[Path], stamp: str, notes: list[str]) -> Path | None:
+def _dashboard(result: NightlyResult, run_dirs: list[Path], history: History) -> Path | None:
+    """One HTML report of tonight's arms; with a single arm, against its latest baseline run."""
+    baseline = None
+    if len(result.arms) == 1 and result.arms[0].key:
+        previous = history.baseline(result.arms[0].key, 1, exclude_run_dir=run_dirs[0])
+        if previous and Path(previous[-1].run_dir).is_dir():
+            baseline = Path(previous[-1].run_dir)
     try:
         from harness.dashboard import write_report
 
-        return write_report(run_dirs, out=dashboards_dir() / f"nightly-{stamp}",
-                            title=f"repro nightly {stamp}")
+        return write_report(run_dirs, baseline=baseline,
+                            out=dashboards_dir() / f"nightly-{result.stamp}.html",
+                            title=f"repro nightly {result.stamp} ({result.build})")
     except (ImportError, ReproError, OSError) as exc:
-        notes.append(f"dashboard not written: {exc}")
+        result.notes.append(f"dashboard not written: {exc}")
         return None
 
 
