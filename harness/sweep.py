@@ -203,6 +203,13 @@ def _dataset(spec: str, *, build: bool) -> DatasetFacts:
     return DatasetFacts(None, None, number, turns, {"recipe": str(recipe)}, False)
 
 
+def _subsequent_turn_length(manifest: dict[str, Any]) -> int | None:
+    for where in (manifest, manifest.get("recipe"), manifest.get("metadata")):
+        if isinstance(where, dict) and where.get("subsequent_turn_length"):
+            return int(where["subsequent_turn_length"])
+    return None
+
+
 def _turns(dataset_turns: int, max_turns: int | None) -> int:
     return min(dataset_turns, max_turns) if max_turns else dataset_turns
 
@@ -588,7 +595,8 @@ def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | Non
             profile=profile_dump, overrides=list(overrides), gpus=gpus,
             dataset={"spec": str(dataset_spec), "path": str(ds.path), "sha256": ds.sha256,
                      "num_conversations": ds.num_conversations, "num_turns": ds.num_turns,
-                     "manifest": ds.manifest},
+                     # per-conversation detail stays in the dataset's own manifest file
+                     "manifest": {k: v for k, v in ds.manifest.items() if k != "conversations"}},
             workload_key=workload_key(dataset_sha256=ds.sha256 or "", sweep=sweep_dump,
                                       profile=profile_dump),
             client={"name": "evalscope", "version": client_version(),
@@ -633,8 +641,7 @@ def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | Non
 
         args = client_args(model, base_url)
         progress = Progress(echo)
-        expected_turn = ds.manifest.get("subsequent_turn_length") or \
-            (ds.manifest.get("metadata") or {}).get("subsequent_turn_length")
+        expected_turn = _subsequent_turn_length(ds.manifest)
         points = list(finished.values())
         stopped_early = False
         for index, plan in enumerate(todo):
