@@ -92,7 +92,12 @@ def concurrency_figure(
     if only:
         fig.add_vrect(
             x0=only[0], x1=only[-1], fillcolor=HISPARSE_COLOUR, opacity=0.1, line_width=0,
-            annotation_text="HiSparse only", annotation_position="top",
+        )
+        # Annotations on a log axis take log10 coordinates (vrect's own annotation misplaces).
+        centre = (math.log10(only[0]) + math.log10(only[-1])) / 2
+        fig.add_annotation(
+            x=centre, y=1, yref="paper", yanchor="bottom", showarrow=False,
+            text="HiSparse only", font={"color": HISPARSE_COLOUR},
         )
     for seq in selected:
         fig.add_vline(x=seq, line={"color": BASELINE_COLOUR, "dash": "dot", "width": 1})
