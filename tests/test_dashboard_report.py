@@ -1,0 +1,162 @@
+"""The report's content: sections, ratio columns, time series, provenance, published values."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from plotly.offline import get_plotlyjs
+from test_figures_crafted import published_points, write_run
+
+from harness.cli import cli
+from harness.dashboard import _acceptance, _counter, _gauge, write_report
+from harness.results import RunLayout, load_run, point_id
+from harness.scrape import Sample, read_samples_csv
+
+
+def _figures(html: str) -> dict[str, dict]:
+    blocks = re.findall(r'<script type="application/json" id="([^"]+)-data">(.*?)</script>',
+                        html, flags=re.DOTALL)
+    return {ident: json.loads(body) for ident, body in blocks}
+
+
+@pytest.fixture
+def pair(tmp_path: Path):
+    a = write_run(tmp_path / "a", "base-run", published_points(0))
+    points = published_points(1)
+    points[1].update(valid=False, invalid_reasons=["EvalScope reported 3 failed requests"])
+    b = write_run(tmp_path / "b", "cand-run", points, profile_name="offload512",
+                  build={"commit": "80cb71c9ff1234"}, spec=False)
+    return a, b
+
+
+def test_report_sections_and_single_inline_plotlyjs(pair, tmp_path: Path) -> None:
+    out = write_report(list(pair), out=tmp_path / "r.html")
+    html = out.read_text(encoding="utf-8")
+    for anchor in ("figures", "metrics", "timeseries", "provenance", "published"):
+        assert f'id="{anchor}"' in html
+    assert html.count(get_plotlyjs()[:2000]) == 1  # plotly.js embedded once
+    page = html.replace(get_plotlyjs(), "")  # plotly.js mentions URLs in strings; never loads them
+    assert not re.search(r'(src|href)\s*=\s*["\']?(https?:)?//', page)  # nothing external
+    assert "<link" not in page and "@import" not in page
+    figures = _figures(html)
+    assert {"figure-0", "figure-1"} <= set(figures)
+    assert len([k for k in figures if k.startswith("timeseries-")]) == 5
+    published = [t for t in figures["figure-0"]["data"] if t["meta"]["published"]]
+    assert published and all(t["name"].startswith("published · ") for t in published)
+
+
+def test_ratio_columns_against_baseline_with_verdicts(pair, tmp_path: Path) -> None:
+    html = write_report(list(pair), out=tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "<th>÷ base-run (hisparse384)</th>" in html
+    # c8: occupancy 4.8 vs 7.1 -> 0.676x worse; interactivity 47.2 vs 31.8 -> 1.484x better.
+    assert '<td class="worse">0.676×</td>' in html
+    assert '<td class="better">1.484×</td>' in html
+    # c1 throughput 4809 vs 4892 is within 2%: same.
+    assert '<td class="same">0.983×</td>' in html
+
+
+def test_explicit_baseline_goes_first(pair, tmp_path: Path) -> None:
+    a, b = pair
+    html = write_report([a, b], baseline=b, out=tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "<th>÷ cand-run (offload512)</th>" in html
+    assert '<td class="better">1.479×</td>' in html  # c8 occupancy 7.1 / 4.8
+
+
+def test_invalid_points_flagged_with_reasons(pair, tmp_path: Path) -> None:
+    html = write_report(list(pair), out=tmp_path / "r.html").read_text(encoding="utf-8")
+    assert 'id="invalid-points"' in html
+    text = " ".join(html.split())
+    assert "cand-run (offload512) · c8: EvalScope reported 3 failed requests" in text
+    assert "c8 invalid:" in html
+
+
+def test_provenance_panel(pair, tmp_path: Path) -> None:
+    html = write_report(list(pair), out=tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "vllm serve zai-org/GLM-5.3 --tensor-parallel-size 8" in html
+    assert "sha256 " + "ab" * 32 in html
+    assert "evalscope 1.7.0" in html
+    assert "sweep.max_tokens=220" in html
+    assert "80cb71c9ff1234" in html and "NVIDIA H200" in html
+
+
+def test_published_table_lists_blog_values(pair, tmp_path: Path) -> None:
+    html = write_report(list(pair), out=tmp_path / "r.html").read_text(encoding="utf-8")
+    section = html[html.index('id="published"'):]
+    for value in ("257", "11,682", "18.9", "4.9", "e8ef1e07bd", "80cb71c9ff", "±0.5%"):
+        assert value in section
+
+
+def test_timeseries_traces_match_samples(pair, tmp_path: Path) -> None:
+    a, b = pair
+    html = write_report([a, b], out=tmp_path / "r.html").read_text(encoding="utf-8")
+    c8 = _figures(html)["timeseries-1"]
+    running = [t for t in c8["data"] if t["meta"]["metric"] == "vllm:num_requests_running"]
+    assert [t["meta"]["series"] for t in running] == ["base-run (hisparse384)",
+                                                      "cand-run (offload512)"]
+    # two engines of parallel/2 each summed back: ramps 1..8 then stays at 8
+    assert running[0]["y"][:9] == [1, 2, 3, 4, 5, 6, 7, 8, 8]
+    assert running[0]["x"][0] == 0.0
+    acceptance = [t for t in c8["data"] if t["meta"]["metric"] == "acceptance"]
+    assert len(acceptance) == 1  # cand-run has no spec-decode counters
+    assert acceptance[0]["y"][:4] == pytest.approx([1.6, 1.7, 1.8, 1.9])
+    preempt = [t for t in c8["data"] if t["meta"]["metric"] == "vllm:num_preemptions_total"]
+    assert preempt[0]["y"][-1] == 2 * 2  # twice per engine in 20 s, two engines
+
+
+def test_counter_resets_and_engine_folding() -> None:
+    def s(t, name, engine, value):
+        return Sample(t, t, name, {"engine": engine}, value)
+
+    samples = [s(0, "vllm:num_preemptions_total", "0", 5), s(1, "vllm:num_preemptions_total",
+               "0", 7), s(2, "vllm:num_preemptions_total", "0", 1),  # restart: 1 new
+               s(0, "vllm:num_preemptions_total", "1", 0), s(2, "vllm:num_preemptions_total",
+               "1", 3)]
+    assert _counter(samples, "vllm:num_preemptions_total") == ([0, 1, 2], [0.0, 2.0, 6.0])
+    kv = [s(0, "vllm:kv_cache_usage_perc", "0", 0.2), s(0, "vllm:kv_cache_usage_perc", "1", 0.7)]
+    assert _gauge(kv, "vllm:kv_cache_usage_perc", "max") == ([0], [0.7])
+    assert _gauge(kv, "vllm:kv_cache_usage_perc", "sum")[1] == pytest.approx([0.9])
+    spec = [s(0, "vllm:spec_decode_num_drafts_total", "0", 0),
+            s(0, "vllm:spec_decode_num_accepted_tokens_total", "0", 0),
+            s(1, "vllm:spec_decode_num_drafts_total", "0", 0),
+            s(1, "vllm:spec_decode_num_accepted_tokens_total", "0", 0),
+            s(2, "vllm:spec_decode_num_drafts_total", "0", 4),
+            s(2, "vllm:spec_decode_num_accepted_tokens_total", "0", 3)]
+    assert _acceptance(spec) == ([2], [1.75])  # the idle interval (no drafts) is skipped
+
+
+def test_crafted_samples_round_trip_through_scrape_reader(pair) -> None:
+    run = load_run(pair[0])
+    samples = read_samples_csv(RunLayout(run.root).samples_csv(point_id(8, 16)))
+    assert {x.labels["engine"] for x in samples} == {"0", "1"}
+
+
+def test_default_output_in_dashboards_dir(pair, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("REPRO_DASHBOARDS", str(tmp_path / "dash"))
+    path = write_report([pair[0]])
+    assert path == tmp_path / "dash" / "base-run.html"
+    html = path.read_text(encoding="utf-8")
+    assert "<th>÷" not in html  # one run: no ratio columns
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+
+
+def test_cli_report_by_run_id(pair, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("REPRO_RESULTS", str(tmp_path))
+    monkeypatch.setenv("REPRO_DASHBOARDS", str(tmp_path / "dash"))
+    result = CliRunner().invoke(cli, ["report", "a", "b", "--title", "PR 123"])
+    assert result.exit_code == 0, result.output
+    path = Path(result.output.strip())
+    assert path == tmp_path / "dash" / "base-run-vs-cand-run.html"
+    assert "<title>PR 123</title>" in path.read_text(encoding="utf-8")
+    bad = CliRunner().invoke(cli, ["report", "a", "--out", str(tmp_path / "x.pdf")])
+    assert bad.exit_code != 0 and "give --out a .html file name" in str(bad.exception)
+
+
+def test_workload_mismatch_is_warned(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", "a", published_points(0), workload_key="k1")
+    b = write_run(tmp_path / "b", "b", published_points(0), workload_key="k2")
+    html = write_report([a, b], out=tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "different workload keys" in html
