@@ -162,7 +162,7 @@ def render_comparison(c: RunComparison) -> str:
     )
     lines.append("")
     lines.append(
-        f"{'point':<16} {'conc':>5} {'ctx mean':>9} {'ctx max':>9} {'pred@mean':>10} "
+        f"{'point':<18} {'conc':>5} {'ctx mean':>9} {'ctx max':>9} {'pred@mean':>10} "
         f"{'pred@max':>9} {'bound':>6} {'measured':>9} {'ratio':>7} {'vs bound':>9}"
     )
     for p in c.points:
@@ -171,7 +171,7 @@ def render_comparison(c: RunComparison) -> str:
         ratio_bound = "-" if p.ratio_to_bound is None else f"{p.ratio_to_bound:.2f}"
         flag = "" if p.point.valid else "  (invalid point)"
         lines.append(
-            f"{p.point.label + ' ' + p.point.point_id:<16} {p.point.parallel:>5} "
+            f"{p.point.label + ' ' + p.point.point_id:<18} {p.point.parallel:>5} "
             f"{p.mean_context:>9,.0f} {p.max_context:>9,.0f} {p.predicted_at_mean:>10,} "
             f"{p.predicted_at_max:>9,} {p.bound:>6,} {measured:>9} {ratio:>7} {ratio_bound:>9}"
             f"{flag}"
