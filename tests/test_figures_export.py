@@ -1,0 +1,76 @@
+"""Static export: valid PNG and SVG through kaleido and the system Chromium; clear errors."""
+
+from __future__ import annotations
+
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from PIL import Image, ImageStat
+from test_figures_crafted import published_points, write_run
+
+from harness.cli import cli
+from harness.export import EXPORT_HEIGHT, EXPORT_WIDTH, PNG_SCALE, ExportError, find_browser
+
+HAVE_CHROMIUM = any(shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome"))
+needs_chromium = pytest.mark.skipif(
+    not HAVE_CHROMIUM, reason="needs Debian's chromium (apt-get install -y chromium); CI has it")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_run(tmp_path_factory.mktemp("export") / "run", "export-run", published_points(0))
+
+
+@needs_chromium
+def test_png_and_svg_export(run_dir: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    png, svg = tmp_path / "fig.png", tmp_path / "fig.svg"
+    result = runner.invoke(cli, ["figure", str(run_dir), "--out", str(png)])
+    assert result.exit_code == 0, result.output
+    image = Image.open(png)
+    image.verify()  # a complete, valid PNG
+    image = Image.open(png).convert("L")
+    assert image.size == (EXPORT_WIDTH * PNG_SCALE, EXPORT_HEIGHT * PNG_SCALE)
+    assert ImageStat.Stat(image).stddev[0] > 10  # not blank
+    result = runner.invoke(cli, ["figure", str(run_dir), "--out", str(svg),
+                                 "--definition", "bench-sweep"])
+    assert result.exit_code == 0, result.output
+    root = ET.parse(svg).getroot()
+    assert root.tag.endswith("svg")
+    text = " ".join(t for t in root.itertext())
+    assert "Output tokens/s per user" in text and "c32" not in text  # no output metrics crafted
+    blog = tmp_path / "blog.svg"
+    assert runner.invoke(cli, ["figure", str(run_dir), "--out", str(blog)]).exit_code == 0
+    text = " ".join(ET.parse(blog).getroot().itertext())
+    assert "c32" in text and "published · HiSparse" in text and "Mean requests running" in text
+
+
+def test_html_figure_needs_no_browser(run_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no chromium reachable
+    out = tmp_path / "fig.html"
+    result = CliRunner().invoke(cli, ["figure", str(run_dir), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "Plotly.newPlot" in out.read_text(encoding="utf-8")
+
+
+def test_missing_browser_names_the_fix(run_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("BROWSER_PATH", raising=False)
+    with pytest.raises(ExportError, match="apt-get install -y chromium"):
+        find_browser()
+    result = CliRunner().invoke(cli, ["figure", str(run_dir), "--out", str(tmp_path / "f.png")])
+    assert result.exit_code != 0
+    assert "apt-get install -y chromium" in str(result.exception)
+    assert not (tmp_path / "f.png").exists()
+    monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "nothing-here"))
+    with pytest.raises(ExportError, match="BROWSER_PATH=.*not an executable"):
+        find_browser()
+
+
+def test_unknown_format_is_rejected(run_dir: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["figure", str(run_dir), "--out", str(tmp_path / "f.jpg")])
+    assert result.exit_code != 0
+    assert "unknown figure format '.jpg'" in str(result.exception)
