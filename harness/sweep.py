@@ -525,8 +525,12 @@ def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | Non
               url: str | None = None, out: Path | None = None, run_id: str | None = None,
               resume: Path | None = None, dry_run: bool = False, fail_fast: bool = False,
               repeats: int = 1, only_points: Sequence[str] | None = None, report: bool = True,
-              echo: Echo = click.echo) -> Path:
-    """Run (or plan, or resume) a sweep; returns the run directory."""
+              echo: Echo = click.echo, port: int | None = None) -> Path:
+    """Run (or plan, or resume) a sweep; returns the run directory.
+
+    `port` (engine vllm only) overrides the profile's port for this run; it does not enter the
+    workload key.
+    """
     manifest: RunManifest | None = None
     if resume is not None:
         resume = Path(resume)
@@ -575,8 +579,8 @@ def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | Non
         if not url:
             from harness.profiles import render_serve_command
 
-            serve_cmd = render_serve_command(prof)
-        base = (url or f"http://{prof.host}:{prof.port}").rstrip("/").removesuffix("/v1")
+            serve_cmd = render_serve_command(prof, port=port)
+        base = (url or f"http://{prof.host}:{port or prof.port}").rstrip("/").removesuffix("/v1")
         _print_plan(echo, profile=prof, planned=planned, ds=ds, turns=turns,
                     args=client_args(prof.served_model_name, base), serve_cmd=serve_cmd, url=url,
                     run_dir=run_dir, spec=spec)
@@ -591,7 +595,7 @@ def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | Non
         manifest = RunManifest(
             run_id=run_dir.name, status="running", created_at=time.time(),
             harness_version=__version__, engine="url" if url else "vllm",
-            base_url=url or f"http://{prof.host}:{prof.port}", profile_name=prof.name,
+            base_url=url or f"http://{prof.host}:{port or prof.port}", profile_name=prof.name,
             profile=profile_dump, overrides=list(overrides), gpus=gpus,
             dataset={"spec": str(dataset_spec), "path": str(ds.path), "sha256": ds.sha256,
                      "num_conversations": ds.num_conversations, "num_turns": ds.num_turns,
@@ -622,7 +626,7 @@ def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | Non
 
         previous_sigterm = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        server = _start_server(prof, layout, url, echo)
+        server = _start_server(prof, layout, url, echo, port)
         base_url = server.base_url
         model = getattr(server, "served_model_name", None) or prof.served_model_name
         manifest.base_url = base_url
@@ -714,7 +718,8 @@ def _fmt(value: float | None) -> str:
         else f"{value:.2f}"
 
 
-def _start_server(prof: Any, layout: RunLayout, url: str | None, echo: Echo) -> Any:
+def _start_server(prof: Any, layout: RunLayout, url: str | None, echo: Echo,
+                  port: int | None = None) -> Any:
     from harness.server import AttachedServer, VllmServer
 
     if url:
@@ -724,7 +729,7 @@ def _start_server(prof: Any, layout: RunLayout, url: str | None, echo: Echo) -> 
         echo(f"attached to {server.base_url} (model {server.served_model_name})")
         return server
     echo(f"starting vLLM ({prof.build}) for profile {prof.name}; log: {layout.server_log}")
-    server = VllmServer(prof, log_path=layout.server_log)
+    server = VllmServer(prof, log_path=layout.server_log, port=port, echo=echo)
     try:
         server.start()
     except BaseException:

@@ -258,8 +258,10 @@ def test_server_killed_mid_point_is_invalid_and_sweep_continues(cpu_build, tmp_p
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
+    from harness.server import free_port
+
     run_dir = run_sweep("cpu-tiny", overrides=["sweep.points=[[2,8],[1,2]]"], out=tmp_path,
-                        run_id="kill", **QUIET)
+                        run_id="kill", port=free_port(), **QUIET)
     thread.join(timeout=5)
     assert "pgid" in killed
     run = load_run(run_dir)

@@ -37,11 +37,13 @@ def register(group: click.Group) -> None:
                    "summary adds per-point median and 95% CI.")
 @click.option("--points", "only_points", default=None, metavar="c1,c8",
               help="Only these points (labels like c8), with the offsets of the full sweep.")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Serve on this port instead of the profile's (launched server only).")
 @click.option("--no-report", is_flag=True, help="Skip the HTML report at the end.")
 def sweep(profile: str, dataset: str | None, url: str | None, out: Path | None,
           run_id: str | None, resume: Path | None, dry_run: bool, fail_fast: bool,
           overrides: tuple[str, ...], repeats: int, only_points: str | None,
-          no_report: bool) -> None:
+          port: int | None, no_report: bool) -> None:
     """Run the c1..c32 sweep: launch the profile's vLLM build (or attach to --url), build or reuse
     the dataset, run one `evalscope perf` process per point while scraping /metrics, and write
     results/<run-id>/ (manifest, points/*/point.json, samples.csv, summary.json/csv).
@@ -56,12 +58,15 @@ def sweep(profile: str, dataset: str | None, url: str | None, out: Path | None,
     """
     from harness.sweep import run_sweep
 
+    if url and port:
+        raise click.UsageError("--port applies to a launched server; --url already names one")
     if resume is not None and (overrides or dataset or url or run_id):
         raise click.UsageError("--resume takes its settings from the run; drop --set, "
                                "--dataset, --url and --run-id")
     run_sweep(profile, overrides=overrides, dataset=dataset, url=url, out=out, run_id=run_id,
               resume=resume, dry_run=dry_run, fail_fast=fail_fast, repeats=repeats,
-              only_points=[only_points] if only_points else None, report=not no_report)
+              only_points=[only_points] if only_points else None, report=not no_report,
+              port=port)
 
 
 @click.group()
