@@ -216,3 +216,21 @@ def test_capacity_figures_for_a_run(tmp_path: Path) -> None:
     measured = next(t for t in curve.data if t.name == "Measured occupancy")
     assert list(measured.y) == [14.0, 21.5]
     assert any("MTP3" in n for n in names)
+
+
+def test_serve_facts_accept_underscored_keys_and_json_strings() -> None:
+    from harness.capacity.measured import serve_facts
+
+    facts = serve_facts({
+        "model": "zai-org/GLM-5.3",
+        "serve": {
+            "tensor_parallel_size": 4, "data-parallel-size": 2, "enable_expert_parallel": True,
+            "kv-cache-dtype": "auto", "max-num-seqs": 128,
+            "attention-config": '{"hisparse_config": {"device_buffer_size": 8192}}',
+            "kv-transfer-config": {"kv_connector": "MultiConnector", "kv_connector_extra_config": {
+                "connectors": [{"kv_connector": "HiSparseConnector",
+                                "kv_connector_extra_config": {"host_pool_gib": 200}}]}},
+        },
+    })
+    assert (facts.tp, facts.dp, facts.ep, facts.kv_dtype) == (4, 2, True, "bf16")
+    assert facts.hisparse and facts.host_pool_gib == 200.0 and facts.device_buffer_size == 8192

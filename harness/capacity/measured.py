@@ -183,7 +183,8 @@ class ServeFacts:
 
 
 def serve_facts(profile: dict[str, Any]) -> ServeFacts:
-    serve = profile.get("serve") or {}
+    # vLLM config files accept long option names with dashes or underscores
+    serve = {str(k).replace("_", "-"): v for k, v in (profile.get("serve") or {}).items()}
     attention = _as_dict(serve.get("attention-config"), "attention-config")
     hisparse_config = attention.get("hisparse_config")
     transfer = _as_dict(serve.get("kv-transfer-config"), "kv-transfer-config")

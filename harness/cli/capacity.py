@@ -47,7 +47,8 @@ def register(group: click.Group) -> None:
 @click.option("--hot-rows", type=int, default=None,
               help="Hot-buffer rows of the calculator figure [default: 2 x top-K = 4096].")
 @click.option("--spec-tokens", type=int, default=None,
-              help="Speculative (MTP) tokens: adds a figure with hot rows = (K + 2) x top-K.")
+              help="Speculative (MTP) tokens: adds a figure with hot rows = (K + 2) x top-K "
+                   "(vLLM's device_buffer_size default; the calculator has no MTP input).")
 @click.option("--host-pool-gib", type=float, default=None,
               help="HiSparse host pool per DP rank [default: the minimum non-limiting pool, "
                    "clamped to 16..4096, as the calculator].")
