@@ -234,3 +234,33 @@ def test_serve_facts_accept_underscored_keys_and_json_strings() -> None:
     })
     assert (facts.tp, facts.dp, facts.ep, facts.kv_dtype) == (4, 2, True, "bf16")
     assert facts.hisparse and facts.host_pool_gib == 200.0 and facts.device_buffer_size == 8192
+
+
+def _builder_manifest(conversations: int, extra: int) -> dict[str, Any]:
+    # the shape harness.dataset.builder writes: per conversation, per turn templated lengths
+    return {"conversations": [
+        {"index": k, "turns": [{"turn": t, "templated_prompt_tokens": _prompt_tokens(k, t) + extra}
+                               for t in range(1, TURNS + 1)]}
+        for k in range(conversations)
+    ]}
+
+
+def test_workload_from_builder_manifest_embedded_and_sidecar(tmp_path: Path) -> None:
+    dataset = _write_dataset(tmp_path / "built.json", 4)
+    embedded = _write_run(
+        tmp_path / "run-embedded", "hisparse384", [(2, [1, 2], 2.0)],
+        dataset={"path": str(dataset), "sha256": "0" * 64, "manifest": _builder_manifest(4, 10)},
+    )
+    comparison = compare_run(embedded)
+    assert comparison.workload.source == "templated_prompt_tokens in the dataset manifest"
+    # conversations 1 and 2: 79,998 + 1,500 + 10 (template tokens) = 81,508 mean context
+    assert comparison.points[0].mean_context == 81508
+    sidecar = dataset.with_name(dataset.name + ".manifest.json")
+    sidecar.write_text(json.dumps(_builder_manifest(4, 20)), encoding="utf-8")
+    beside = _write_run(
+        tmp_path / "run-sidecar", "hisparse384", [(2, [1, 2], 2.0)],
+        dataset={"path": str(dataset), "sha256": "0" * 64, "manifest": {}},
+    )
+    comparison = compare_run(beside)
+    assert comparison.workload.source == f"templated_prompt_tokens in {sidecar}"
+    assert comparison.points[0].mean_context == 81518

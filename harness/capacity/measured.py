@@ -256,6 +256,34 @@ def _dataset_json_contexts(path: Path, points: list[PointRecord]) -> dict[str, l
     return out
 
 
+def _manifest_contexts(manifest: Any, points: list[PointRecord]) -> dict[str, list[list[float]]]:
+    """Per point, from the dataset manifest's per-conversation, per-turn templated prompt lengths.
+
+    The builder records `conversations[i].turns[t].templated_prompt_tokens` (the chat-templated
+    context with the earlier replies counted at the recipe's output estimate).
+    """
+    conversations = manifest.get("conversations") if isinstance(manifest, dict) else None
+    if not isinstance(conversations, list) or not conversations:
+        return {}
+    table: dict[int, list[float]] = {}
+    for position, conversation in enumerate(conversations):
+        turns = conversation.get("turns") if isinstance(conversation, dict) else None
+        if not isinstance(turns, list):
+            return {}
+        values = [t.get("templated_prompt_tokens") for t in turns if isinstance(t, dict)]
+        if not values or not all(isinstance(v, int | float) for v in values):
+            return {}
+        table[int(conversation.get("index", position))] = [float(v) for v in values]
+    out: dict[str, list[list[float]]] = {}
+    for point in points:
+        indices = point.conversations or sorted(table)
+        rows = [table[i % len(table)][: point.turns or None] for i in indices
+                if i % len(table) in table]
+        if rows:
+            out[point.point_id] = rows
+    return out
+
+
 def _find_turn_tokens(manifest: Any) -> list[float] | None:
     """A per-turn token list somewhere in the dataset manifest (mean per turn if nested)."""
     if isinstance(manifest, dict):
@@ -315,10 +343,22 @@ def run_workload(run: Run) -> tuple[Workload, dict[str, list[list[float]]]]:
     max_tokens = int(run.manifest.sweep.get("max_tokens") or 220)
     max_turns = run.manifest.sweep.get("max_turns")
     dataset_path = run.manifest.dataset.get("path")
-    per_point: dict[str, list[list[float]]] = {}
-    if dataset_path and Path(str(dataset_path)).is_file() and str(dataset_path).endswith(".json"):
+    dataset_file = Path(str(dataset_path)) if dataset_path else None
+    embedded = run.manifest.dataset.get("manifest")
+    per_point = _manifest_contexts(embedded, run.points)
+    source = "templated_prompt_tokens in the dataset manifest"
+    sidecar = dataset_file.with_name(dataset_file.name + ".manifest.json") if dataset_file else None
+    if not per_point and sidecar is not None and sidecar.is_file():
         try:
-            per_point = _dataset_json_contexts(Path(str(dataset_path)), run.points)
+            per_point = _manifest_contexts(json.loads(sidecar.read_text("utf-8")), run.points)
+            source = f"templated_prompt_tokens in {sidecar}"
+        except (OSError, json.JSONDecodeError):
+            per_point = {}
+    if not per_point and dataset_file is not None and dataset_file.suffix == ".json":
+        try:
+            if dataset_file.is_file():
+                per_point = _dataset_json_contexts(dataset_file, run.points)
+                source = f"prompt_tokens in {dataset_file}"
         except (OSError, json.JSONDecodeError, AttributeError, TypeError):
             per_point = {}
     if per_point:
@@ -326,7 +366,7 @@ def run_workload(run: Run) -> tuple[Workload, dict[str, list[list[float]]]]:
         width = min(len(r) for r in rows)
         turns = [statistics.fmean(r[t] for r in rows) for t in range(width)]
         peak = max(max(r) for r in rows)
-        return Workload(f"prompt_tokens in {dataset_path}", turns, peak, max_tokens), per_point
+        return Workload(source, turns, peak, max_tokens), per_point
 
     listed = _find_turn_tokens(run.manifest.dataset.get("manifest") or run.manifest.dataset)
     if listed:
