@@ -82,6 +82,10 @@ def test_plot_is_offline_html(tmp_path: Path) -> None:
     assert "GPU HBM" in html and "CPU host pools" in html
     assert '<script src="https://cdn.plot.ly' not in html  # plotly.js is inline
     assert len(html) > 1_000_000
+    # with --json, stdout stays parseable: the "wrote" message goes to stderr
+    result = CliRunner().invoke(cli, ["capacity", "--json", "--plot", str(path)])
+    assert json.loads(result.stdout)[0]["seq_len"] == 81920  # the calculator's default length
+    assert f"wrote {path}" in result.stderr
 
 
 def test_errors_exit_2_with_message() -> None:

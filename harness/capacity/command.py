@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,12 @@ def _seq_lens(options: dict[str, Any]) -> list[int]:
     return lens or [DEFAULT_SEQ_LEN]
 
 
-def run_capacity(options: dict[str, Any]) -> str:
+def run_capacity(options: dict[str, Any], echo: Callable[[str], None] = print) -> str:
+    """The command's stdout text; side messages (files written) go to `echo`."""
     if options.get("gpu") and options.get("hbm_gib") is not None:
         raise ConfigError("give either --gpu or --hbm-gib, not both")
     if options.get("run_dir") is not None:
-        return _run_comparison(options)
+        return _run_comparison(options, echo)
     dep = make_deployment(
         options.get("model") or "glm-5.3",
         gpu=(options.get("gpu") or "h200"),
@@ -61,7 +63,6 @@ def run_capacity(options: dict[str, Any]) -> str:
     if concurrency is not None and concurrency < 0:
         raise ConfigError(f"--bar-concurrency {concurrency}: must be >= 0")
     results = evaluate_many(dep, _seq_lens(options), concurrency=concurrency)
-    messages = []
     if options.get("plot"):
         from harness.capacity.figures import capacity_figures, write_html
 
@@ -69,19 +70,19 @@ def run_capacity(options: dict[str, Any]) -> str:
             capacity_figures(dep, results=results), Path(options["plot"]),
             title=f"repro capacity: {dep.model.display_name}",
         )
-        messages.append(f"wrote {path}")
+        echo(f"wrote {path}")
     if options.get("as_json"):
         return json.dumps([r.to_json() for r in results], indent=2)
     from harness.capacity.render import render_results
 
-    return "\n".join([render_results(results), *messages])
+    return render_results(results)
 
 
 def _or(value: Any, default: float) -> float:
     return default if value is None else value
 
 
-def _run_comparison(options: dict[str, Any]) -> str:
+def _run_comparison(options: dict[str, Any], echo: Callable[[str], None]) -> str:
     given = [k for k in (*_TOPOLOGY, *_ADVANCED, "seq_range") if options.get(k) is not None]
     if options.get("seq_lens"):
         given.append("seq_lens")
@@ -103,7 +104,6 @@ def _run_comparison(options: dict[str, Any]) -> str:
         system_ram_gib=options.get("system_ram_gib"),
         indexer_offload_gib=options.get("indexer_offload_gib"),
     )
-    messages = []
     if options.get("plot"):
         from harness.capacity.figures import capacity_figures, write_html
 
@@ -112,9 +112,9 @@ def _run_comparison(options: dict[str, Any]) -> str:
             Path(options["plot"]),
             title=f"repro capacity: run {comparison.run.manifest.run_id}",
         )
-        messages.append(f"wrote {path}")
+        echo(f"wrote {path}")
     if options.get("as_json"):
         return json.dumps(comparison.to_json(), indent=2)
     from harness.capacity.render import render_comparison
 
-    return "\n".join([render_comparison(comparison), *messages])
+    return render_comparison(comparison)

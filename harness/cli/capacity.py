@@ -92,5 +92,5 @@ def capacity(**options: object) -> None:
     """
     from harness.capacity.command import run_capacity
 
-    text = run_capacity(dict(options))
+    text = run_capacity(dict(options), echo=lambda message: click.echo(message, err=True))
     click.echo(text)
