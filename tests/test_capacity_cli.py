@@ -115,3 +115,11 @@ def test_help_lists_options() -> None:
     for option in ("--spec-tokens", "--seq-range", "--host-pool-gib", "--run", "--plot",
                    "--indexer-offload-gib", "--share-host / --no-share-host", '"inf"'):
         assert option in out
+
+
+def test_text_shows_infinity_when_only_hisparse_serves() -> None:
+    out = _invoke("--seq-len", "1048576")
+    row = next(line for line in out.splitlines() if line.strip().startswith("1,048,576"))
+    # baseline 6260 // 16384 = 0; HiSparse 103692 // (16384 + 1320) = 5
+    assert row.split()[:4] == ["1,048,576", "0", "5", "∞"]
+    assert "HiSparse enables these sequence lengths" in out

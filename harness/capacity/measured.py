@@ -479,6 +479,9 @@ def compare_run(
             f"the calculator's {dep.kv_gib_per_gpu:.1f} (rerun with --kv-gib-per-gpu "
             f"{implied:.1f} to predict from vLLM's own pool)"
         )
+    profile_gpus = loaded.manifest.profile.get("gpus")
+    if isinstance(profile_gpus, int) and profile_gpus > 0 and profile_gpus != dep.gpus:
+        notes.append(f"profile says gpus: {profile_gpus}, but DP x TP = {dep.gpus}")
     if facts.hisparse and facts.host_pool_gib is None:
         notes.append("HiSparse host_pool_gib not found in the profile; assuming a non-limiting pool")
     workload, per_point = run_workload(loaded)

@@ -17,7 +17,7 @@ COMPOSITION_LIMIT = 8  # print memory bars for at most this many sequence length
 def fmt_multiplier(value: float | None) -> str:
     if value is None:
         return "-"
-    return "inf" if math.isinf(value) else f"{value:.2f}x"
+    return "∞" if math.isinf(value) else f"{value:.2f}x"
 
 
 def _gib(nbytes: float) -> str:
@@ -142,7 +142,7 @@ def render_results(results: Sequence[SeqResult]) -> str:
     for r in results:
         notes.extend(n for n in r.notes if n not in notes)
     if any(r.baseline_requests == 0 and r.default.hisparse_requests > 0 for r in results):
-        notes.append("inf: HiSparse enables these sequence lengths; GPU-resident KV supports none")
+        notes.append("∞: HiSparse enables these sequence lengths; GPU-resident KV supports none")
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
 
