@@ -264,3 +264,14 @@ def test_workload_from_builder_manifest_embedded_and_sidecar(tmp_path: Path) -> 
     comparison = compare_run(beside)
     assert comparison.workload.source == f"templated_prompt_tokens in {sidecar}"
     assert comparison.points[0].mean_context == 81518
+
+
+def test_workload_from_the_recipe_file(tmp_path: Path) -> None:
+    # nothing but the recipe name: datasets/openhands-glm53.yaml supplies F, S and N
+    run = _write_run(
+        tmp_path / "run-recipe", "hisparse384", [(32, list(range(32)), 21.0)],
+        dataset={"spec": "openhands-glm53", "path": "", "sha256": "0" * 64, "manifest": {}},
+    )
+    workload = compare_run(run).workload
+    assert workload.source.startswith("recipe")
+    assert (workload.turn_contexts[0], workload.max_context) == (74160, 85836)
