@@ -35,7 +35,8 @@ from harness.errors import DatasetError
 
 BUILDER_VERSION = "repro-dataset/1"
 MANIFEST_SCHEMA = "repro.dataset-manifest/1"
-MAX_REPAIRS = 6
+MAX_REPAIRS = 4
+REPAIR_SLACK = 8  # a repair tries pad lengths within +-8 tokens of the corrected target
 # A prefix of this many characters per wanted token is encoded before the whole message.
 _CHARS_PER_TOKEN_BOUND = 8
 
@@ -120,6 +121,29 @@ def _turn_messages(turn: int, plan: TurnPlan) -> list[dict[str, str]]:
     if turn == 1:
         return [{"role": "system", "content": pad}, {"role": "user", "content": plan.real.text}]
     return [{"role": "user", "content": plan.real.text + pad}]
+
+
+def _repair(
+    tok: TokenizerHandle, vendor: _PadVendor, plan: TurnPlan, c: int, turn: int, target: int
+) -> None:
+    """Re-vend a drifting turn's pad: a fresh span with some slack, then the prefix length whose
+    re-tokenized turn total is exact (seams on tokenizers without clean pre-token boundaries)."""
+    drift = plan.counts["total"] - target
+    want = max(0, (plan.pad.tokens if plan.pad else 0) - drift)
+    reserve = vendor.take(c, turn, want + REPAIR_SLACK)
+    lengths = [want + d for k in range(REPAIR_SLACK + 1) for d in ((k,) if k == 0 else (-k, k))]
+    lengths = [n for n in lengths if 0 <= n <= reserve.tokens]
+    pads = [tok.decode(reserve.ids[:n]) if reserve.ids is not None else "" for n in lengths]
+    if turn == 1:
+        fixed = plan.counts["user"]
+        totals = [fixed + n for n in tok.count(pads)]
+    else:
+        totals = tok.count([plan.real.text + pad for pad in pads])
+    best = next((i for i, total in enumerate(totals) if total == target), 0)
+    n = lengths[best]
+    ids = reserve.ids[:n] if reserve.ids is not None else None
+    plan.pad = PadPiece(pads[best], n, reserve.kind, reserve.start, ids)
+    plan.repairs += 1
 
 
 def _construction_ids(turn: int, plan: TurnPlan) -> list[np.ndarray | None]:
@@ -265,11 +289,7 @@ def build_dataset(
         if not drifting:
             break
         for c, turn in drifting:
-            plan = plans[c][turn - 1]
-            drift = plan.counts["total"] - (F if turn == 1 else S)
-            old = plan.pad.tokens if plan.pad else 0
-            plan.pad = vendor.take(c, turn, max(0, old - drift))
-            plan.repairs += 1
+            _repair(tok, vendor, plans[c][turn - 1], c, turn, F if turn == 1 else S)
         drifting = measure(drifting)
     t = lap("verify", t)
     worst = []
@@ -302,8 +322,10 @@ def build_dataset(
     if plans:  # cross-check the shrinking shortcut on the first conversation's first turn
         full = tok.templated_lengths([histories[0]], full=True)[0]
         if full != templated[0]:
+            templated_method = (
+                f"full (shrunk gave {templated[0]}, full {full} on conversation 0 turn 1)"
+            )
             templated = tok.templated_lengths(histories, full=True)
-            templated_method = f"full (shrunk differed on conversation 0 turn 1: {templated[0]} vs {full})"
     t = lap("templated", t)
 
     # 6. Output in the original's shape (EvalScope swe_smith JSON), then the manifest.

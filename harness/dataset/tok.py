@@ -197,7 +197,7 @@ class TokenizerHandle:
             [strings[i] for i in candidates], add_special_tokens=False
         )
         words = [i for i, enc in zip(candidates, encoded, strict=True) if enc.ids == [i]]
-        if len(words) < 16:
+        if len(words) < 4:
             raise DatasetError(f"tokenizer {self.spec!r} has too few stable word tokens ({len(words)})")
         return np.array(words, dtype=np.int32)
 
