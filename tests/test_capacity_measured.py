@@ -121,6 +121,8 @@ def test_baseline_arm_from_recipe_numbers(tmp_path: Path) -> None:
     # GPU-resident: 6260 blocks // ceil(80,218 / 64) = 1254 -> 4; // 1345 -> 4
     assert point.predicted_at_mean == 4 and point.predicted_at_max == 4
     assert point.ratio == pytest.approx(5.6 / 4)
+    # before flooring: 6260 / 1254 = 4.992, what a mix of lengths averages (the blog measured 4.9)
+    assert point.fluid_at_mean == pytest.approx(6260 / 1254)
     assert any("assuming H200" in n for n in comparison.notes)
 
 
@@ -190,7 +192,10 @@ def test_cli_run_text_json_and_plot(tmp_path: Path) -> None:
     assert text.exit_code == 0, text.output
     assert "MTP3 hot buffers (10,240 rows)" in text.output
     line = next(x for x in text.output.splitlines() if x.startswith("c32"))
-    assert line.split()[2:] == ["32", "81,498", "87,836", "22", "22", "22", "21.50", "0.98", "0.98"]
+    # fluid: 103,692 / (1277 + 3240) = 22.96 (host 143,395 / 1277 = 112.3 does not limit)
+    assert line.split()[2:] == [
+        "32", "81,498", "87,836", "22", "22", "22.96", "22", "21.50", "0.98", "0.98",
+    ]
     out = runner.invoke(cli, ["capacity", "--run", str(run), "--json"])
     data = json.loads(out.output)
     assert data["points"][0]["predicted_at_mean"] == 22

@@ -53,6 +53,7 @@ class PointComparison:
     predicted_at_mean: int
     predicted_at_max: int
     measured: float | None
+    fluid_at_mean: float = 0.0  # the same limit before flooring (see fluid_total)
 
     @property
     def bound(self) -> int:
@@ -121,6 +122,7 @@ class RunComparison:
                     "max_context": c.max_context,
                     "predicted_at_mean": c.predicted_at_mean,
                     "predicted_at_max": c.predicted_at_max,
+                    "fluid_at_mean": c.fluid_at_mean,
                     "bound": c.bound,
                     "measured_occupancy": c.measured,
                     "ratio": c.ratio,
@@ -137,6 +139,27 @@ def predicted_total(result: SeqResult, hisparse: bool) -> int:
     if not hisparse:
         return result.baseline_requests
     return (result.mtp or result.default).hisparse_requests
+
+
+def fluid_total(result: SeqResult, hisparse: bool) -> float:
+    """The limit before its last floor: pool / blocks per request, capped by max sequences.
+
+    Requests of a multi-turn workload are at different lengths at any moment, so the number that
+    fits on average is closer to pool / mean blocks than to the floored integer: at the blog's
+    mean context the GPU-resident limit is 6260 / 1254 = 4.99, printed as 4, measured as 4.9.
+    """
+    dep = result.deployment
+    variant = (result.mtp or result.default) if hisparse else result.default
+    lim = variant.limits
+    baseline = min(dep.max_seqs, lim.baseline_pool / lim.baseline_per_request)
+    if not hisparse:
+        return baseline * dep.dp
+    offloaded = min(
+        dep.max_seqs,
+        lim.gpu_pool / lim.hisparse_gpu_per_request,
+        lim.host_pool / lim.host_per_request,
+    )
+    return max(baseline, offloaded) * dep.dp
 
 
 # --------------------------------------------------------------------------- profile
@@ -520,6 +543,9 @@ def compare_run(
                     at(math.ceil(max_ctx) + workload.max_tokens), facts.hisparse
                 ),
                 measured=point.metrics.get("occupancy"),
+                fluid_at_mean=fluid_total(
+                    at(math.ceil(mean_ctx) + workload.max_tokens), facts.hisparse
+                ),
             )
         )
     return RunComparison(

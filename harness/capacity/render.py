@@ -163,7 +163,7 @@ def render_comparison(c: RunComparison) -> str:
     lines.append("")
     lines.append(
         f"{'point':<18} {'conc':>5} {'ctx mean':>9} {'ctx max':>9} {'pred@mean':>10} "
-        f"{'pred@max':>9} {'bound':>6} {'measured':>9} {'ratio':>7} {'vs bound':>9}"
+        f"{'pred@max':>9} {'fluid':>6} {'bound':>6} {'measured':>9} {'ratio':>7} {'vs bound':>9}"
     )
     for p in c.points:
         measured = "-" if p.measured is None else f"{p.measured:.2f}"
@@ -173,14 +173,16 @@ def render_comparison(c: RunComparison) -> str:
         lines.append(
             f"{p.point.label + ' ' + p.point.point_id:<18} {p.point.parallel:>5} "
             f"{p.mean_context:>9,.0f} {p.max_context:>9,.0f} {p.predicted_at_mean:>10,} "
-            f"{p.predicted_at_max:>9,} {p.bound:>6,} {measured:>9} {ratio:>7} {ratio_bound:>9}"
+            f"{p.predicted_at_max:>9,} {p.fluid_at_mean:>6.2f} {p.bound:>6,} {measured:>9} "
+            f"{ratio:>7} {ratio_bound:>9}"
             f"{flag}"
         )
     if not c.points:
         lines.append("(no finished points in this run)")
     lines.append(
-        "ratio = measured occupancy / predicted limit at the mean context; "
-        "bound = min(concurrency, that limit)"
+        "ratio = measured occupancy / predicted limit at the mean context; bound = min(concurrency, "
+        "that limit); fluid = that limit before flooring (pool / blocks per request), closer to "
+        "a mixed-length average"
     )
     lines += [f"note: {n}" for n in c.notes]
     return "\n".join(lines)
