@@ -108,35 +108,51 @@ def _acceptance(samples: list[Sample]) -> tuple[list[float], list[float]]:
     return out_t, out_v
 
 
-def timeseries_figure(point_label: str, entries: list[tuple[str, int, float, list[Sample]]]
+def timeseries_figure(point_label: str,
+                      entries: list[tuple[str, int, tuple[float, float], list[Sample]]]
                       ) -> go.Figure:
     """Stacked panels for one configured point; one line per (run, repeat).
 
-    `entries`: (series name, style index, point window start (epoch s), samples).
-    Time is seconds since the point's window start, so runs line up.
+    `entries`: (series name, style index, point window (epoch s), samples). Time is seconds
+    since the window start (first request), so runs line up; the window is shaded. Panels whose
+    metric no run exported (e.g. MTP acceptance without spec decode) are left out and named.
     """
-    fig = make_subplots(rows=len(TIMESERIES), cols=1, shared_xaxes=True, vertical_spacing=0.04,
-                        subplot_titles=[title for title, _, _ in TIMESERIES])
-    for name, style, start, samples in entries:
-        color = STYLES[style % len(STYLES)][0]
-        for row, (_, metric, fold) in enumerate(TIMESERIES, start=1):
+    lines: dict[int, list[tuple[str, int, list[float], list[float]]]] = defaultdict(list)
+    for name, style, window, samples in entries:
+        for index, (_, metric, fold) in enumerate(TIMESERIES):
             if fold == "acceptance":
                 times, values = _acceptance(samples)
             elif fold == "counter":
                 times, values = _counter(samples, metric)
             else:
                 times, values = _gauge(samples, metric, fold)
-            if not times:
-                continue
+            if times:
+                lines[index].append((name, style, [t - window[0] for t in times], values))
+    shown = sorted(lines) or [0]
+    missing = [TIMESERIES[i][0] for i in range(len(TIMESERIES)) if i not in lines]
+    fig = make_subplots(rows=len(shown), cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                        subplot_titles=[TIMESERIES[i][0] for i in shown])
+    for row, index in enumerate(shown, start=1):
+        for name, style, xs, ys in lines.get(index, []):
             fig.add_trace(go.Scatter(
-                x=[t - start for t in times], y=values, mode="lines+markers", name=name,
-                legendgroup=name, showlegend=row == 1, line={"color": color, "width": 1.5},
-                marker={"size": 4}, meta={"series": name, "metric": metric},
+                x=xs, y=ys, mode="lines+markers", name=name, legendgroup=name,
+                showlegend=row == 1, line={"color": STYLES[style % len(STYLES)][0], "width": 1.5},
+                marker={"size": 4}, meta={"series": name, "metric": TIMESERIES[index][1]},
             ), row=row, col=1)
-    fig.update_xaxes(title_text="seconds since the point's first request", row=len(TIMESERIES))
-    fig.update_layout(template="plotly_white", height=170 * len(TIMESERIES) + 80,
-                      margin={"t": 40, "b": 40}, title={"text": f"{point_label}: /metrics"},
-                      legend={"orientation": "h", "y": 1.06, "x": 0})
+    longest = max((end - start for _, _, (start, end), _ in entries), default=0.0)
+    if longest > 0:
+        fig.add_vrect(x0=0, x1=longest, fillcolor="#888", opacity=0.08, line_width=0,
+                      row="all", col=1)
+    fig.update_xaxes(showticklabels=True)
+    fig.update_xaxes(title_text="seconds since the point's first request (shaded: measured "
+                                "window)", row=len(shown))
+    title = f"{point_label}: /metrics"
+    if missing:
+        title += f" <span style='font-size:11px;color:#888'>(not exported: " \
+                 f"{', '.join(missing)})</span>"
+    fig.update_layout(template="plotly_white", height=180 * len(shown) + 90,
+                      margin={"t": 70, "b": 40}, title={"text": title},
+                      legend={"x": 1.01, "y": 1, "xanchor": "left"})
     return fig
 
 
@@ -405,7 +421,7 @@ def render_report(runs: Sequence[Run], *, baseline_index: int = 0, title: str | 
                 if not path.is_file():
                     continue
                 name = s.name + (f" r{record.repeat}" if record.repeat else "")
-                entries.append((name, style, record.window[0], read_samples_csv(path)))
+                entries.append((name, style, tuple(record.window), read_samples_csv(path)))
         if entries:
             fig = timeseries_figure(label, entries)
             timeseries.append({"id": f"timeseries-{index}", "json": _script_json(fig.to_json()),

@@ -162,11 +162,11 @@ def build_label(build: dict[str, Any] | None) -> str | None:
     """A short build identifier from build provenance (commit if known, else name/version)."""
     if not build:
         return None
-    for key in ("commit", "vllm_commit", "git_commit", "sha"):
+    for key in ("commit", "requested_commit", "vllm_commit", "git_commit", "sha"):
         value = build.get(key)
-        if isinstance(value, str) and value:
+        if isinstance(value, str) and value and value != "latest":
             return value[:10]
-    for key in ("name", "version", "vllm_version"):
+    for key in ("build", "name", "vllm_version_output", "version"):
         value = build.get(key)
         if isinstance(value, str) and value:
             return value
@@ -234,6 +234,11 @@ def _serve(run: Run) -> dict[str, Any]:
 
 def _gpu_name(run: Run) -> str | None:
     host = run.manifest.host or {}
+    smi = host.get("nvidia_smi")
+    if isinstance(smi, dict) and isinstance(smi.get("gpus"), list) and smi["gpus"]:
+        first = smi["gpus"][0]
+        if isinstance(first, dict) and isinstance(first.get("name"), str):
+            return first["name"]
     for key in ("gpu_name", "gpu", "gpus"):
         value = host.get(key)
         if isinstance(value, str) and value:
@@ -248,10 +253,12 @@ def _gpu_name(run: Run) -> str | None:
 
 
 def _workload(run: Run) -> str:
+    """The dataset recipe name, else the built file's stem."""
     dataset = run.manifest.dataset or {}
-    for key in ("recipe", "name"):
-        if isinstance(dataset.get(key), str) and dataset[key]:
-            return dataset[key]
+    for key in ("recipe", "name", "spec"):
+        value = dataset.get(key)
+        if isinstance(value, str) and value:
+            return Path(value).stem if value.endswith((".json", ".yaml")) else value
     path = dataset.get("path")
     return Path(path).stem if isinstance(path, str) else "workload"
 

@@ -107,7 +107,8 @@ class DevTools:
                 pass
 
 
-def open_in_chromium(html: Path, profile_dir: Path) -> dict[str, Any]:
+def open_in_chromium(html: Path, profile_dir: Path, scroll_to: str | None = None
+                     ) -> dict[str, Any]:
     """Load `html`, let Plotly draw, and return what happened (events, screenshot, DOM facts)."""
     browser = DevTools(profile_dir)
     try:
@@ -141,6 +142,10 @@ def open_in_chromium(html: Path, profile_dir: Path) -> dict[str, Any]:
             injected: document.querySelectorAll('img, iframe').length,
             body: document.body.innerText})""", "returnByValue": True},
             session=session)["result"]["value"]
+        if scroll_to:  # element id to bring to the top before the screenshot
+            browser.call("Runtime.evaluate", {"expression": f"document.getElementById("
+                         f"{json.dumps(scroll_to)}).scrollIntoView()"}, session=session)
+            time.sleep(0.5)
         shot = browser.call("Page.captureScreenshot", {"format": "png"}, session=session)
         events = []
         while not browser.events.empty():

@@ -23,19 +23,29 @@ def _figures(html: str) -> dict[str, dict]:
     return {ident: json.loads(body) for ident, body in blocks}
 
 
-@pytest.fixture
-def pair(tmp_path: Path):
-    a = write_run(tmp_path / "a", "base-run", published_points(0))
+def _pair(root: Path) -> tuple[Path, Path]:
+    a = write_run(root / "a", "base-run", published_points(0))
     points = published_points(1)
     points[1].update(valid=False, invalid_reasons=["EvalScope reported 3 failed requests"])
-    b = write_run(tmp_path / "b", "cand-run", points, profile_name="offload512",
+    b = write_run(root / "b", "cand-run", points, profile_name="offload512",
                   build={"commit": "80cb71c9ff1234"}, spec=False)
     return a, b
 
 
-def test_report_sections_and_single_inline_plotlyjs(pair, tmp_path: Path) -> None:
-    out = write_report(list(pair), out=tmp_path / "r.html")
-    html = out.read_text(encoding="utf-8")
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path]:
+    return _pair(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def pair_html(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The report of the crafted pair (A baseline), rendered once for the read-only tests."""
+    root = tmp_path_factory.mktemp("pair")
+    return write_report(list(_pair(root)), out=root / "r.html").read_text(encoding="utf-8")
+
+
+def test_report_sections_and_single_inline_plotlyjs(pair_html: str) -> None:
+    html = pair_html
     for anchor in ("figures", "metrics", "timeseries", "provenance", "published"):
         assert f'id="{anchor}"' in html
     assert html.count(get_plotlyjs()[:2000]) == 1  # plotly.js embedded once
@@ -49,8 +59,8 @@ def test_report_sections_and_single_inline_plotlyjs(pair, tmp_path: Path) -> Non
     assert published and all(t["name"].startswith("published · ") for t in published)
 
 
-def test_ratio_columns_against_baseline_with_verdicts(pair, tmp_path: Path) -> None:
-    html = write_report(list(pair), out=tmp_path / "r.html").read_text(encoding="utf-8")
+def test_ratio_columns_against_baseline_with_verdicts(pair_html: str) -> None:
+    html = pair_html
     assert "<th>÷ base-run (hisparse384)</th>" in html
     # c8: occupancy 4.8 vs 7.1 -> 0.676x worse; interactivity 47.2 vs 31.8 -> 1.484x better.
     assert '<td class="worse">0.676×</td>' in html
@@ -66,16 +76,16 @@ def test_explicit_baseline_goes_first(pair, tmp_path: Path) -> None:
     assert '<td class="better">1.479×</td>' in html  # c8 occupancy 7.1 / 4.8
 
 
-def test_invalid_points_flagged_with_reasons(pair, tmp_path: Path) -> None:
-    html = write_report(list(pair), out=tmp_path / "r.html").read_text(encoding="utf-8")
+def test_invalid_points_flagged_with_reasons(pair_html: str) -> None:
+    html = pair_html
     assert 'id="invalid-points"' in html
     text = " ".join(html.split())
     assert "cand-run (offload512) · c8: EvalScope reported 3 failed requests" in text
     assert "c8 invalid:" in html
 
 
-def test_provenance_panel(pair, tmp_path: Path) -> None:
-    html = write_report(list(pair), out=tmp_path / "r.html").read_text(encoding="utf-8")
+def test_provenance_panel(pair_html: str) -> None:
+    html = pair_html
     assert "vllm serve zai-org/GLM-5.3 --tensor-parallel-size 8" in html
     assert "sha256 " + "ab" * 32 in html
     assert "evalscope 1.7.0" in html
@@ -83,8 +93,8 @@ def test_provenance_panel(pair, tmp_path: Path) -> None:
     assert "80cb71c9ff1234" in html and "NVIDIA H200" in html
 
 
-def test_published_table_lists_blog_values(pair, tmp_path: Path) -> None:
-    html = write_report(list(pair), out=tmp_path / "r.html").read_text(encoding="utf-8")
+def test_published_table_lists_blog_values(pair_html: str) -> None:
+    html = pair_html
     section = html[html.index('id="published"'):]
     for value in ("257", "11,682", "18.9", "4.9", "e8ef1e07bd", "80cb71c9ff", "±0.5%"):
         assert value in section

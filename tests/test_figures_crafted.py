@@ -76,7 +76,7 @@ def write_run(root: Path, run_id: str, points: list[dict[str, Any]], *, gpus: in
         build=build or {"name": "hisparse", "commit": "e8ef1e07bd2f174bebfe34c3a3e35e952931efb1"},
         dataset={"path": "/data/openhand.json", "sha256": "ab" * 32, "recipe": "openhands-glm53"},
         workload_key=workload_key, client={"name": "evalscope", "version": "1.7.0"},
-        host={"hostname": "node1", "gpus": [{"name": "NVIDIA H200"}]},
+        host={"hostname": "node1", "nvidia_smi": {"gpus": [{"name": "NVIDIA H200"}], "count": 8}},
         sweep={"max_tokens": 220, "ignore_eos": True, "dataset_offset": 52},
     )
     atomic_write_json(layout.manifest, manifest)
