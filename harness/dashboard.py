@@ -36,7 +36,7 @@ from plotly.subplots import make_subplots
 
 from harness import __version__
 from harness.compare import DEFAULT_TOLERANCE, compare_runs
-from harness.errors import RunError
+from harness.errors import ReproError, RunError
 from harness.figures import (
     STYLES,
     SeriesPoint,
@@ -317,6 +317,13 @@ figure, excluded from lines and frontiers):<ul>{% for item in invalid %}<li>{{ i
 {% for fig in figures %}<div class="figure"><div id="{{ fig.id }}" class="plot"></div>
 <p class="muted">{{ fig.caption }}</p></div>{% endfor %}
 
+<h2 id="capacity">Capacity model</h2>
+<p class="muted">The blog's capacity calculator for each run's model and topology, with the
+measured occupancy marked (harness.capacity).</p>
+{% for note in capacity_notes %}<p class="muted">{{ note }}</p>{% endfor %}
+{% for fig in capacity %}<div class="figure"><div id="{{ fig.id }}" class="plot"></div>
+<p class="muted">{{ fig.caption }}</p></div>{% endfor %}
+
 <h2 id="metrics">Derived metrics per point</h2>
 <p class="muted">Values are medians over valid repeats (95% distribution-free CI in brackets when
 a point has repeats). Columns marked ✗ are invalid points.</p>
@@ -357,7 +364,7 @@ CPU runs.</p>
 <td>{{ p.x }}</td><td>{{ p.y }}</td><td>{{ p.occ }}</td></tr>{% endfor %}</tbody></table>
 {% endfor %}
 
-{% for fig in figures + timeseries %}<script type="application/json" id="{{ fig.id }}-data">{{
+{% for fig in figures + capacity + timeseries %}<script type="application/json" id="{{ fig.id }}-data">{{
 fig.json|safe }}</script>{% endfor %}
 <script>
 document.querySelectorAll('script[type="application/json"]').forEach(function (node) {
@@ -375,6 +382,30 @@ document.querySelectorAll("details").forEach(function (d) {
 </script>
 </body></html>
 """)
+
+
+def capacity_section(runs: Sequence[Run], names: Sequence[str], first_index: int
+                     ) -> tuple[list[dict[str, str]], list[str]]:
+    """Capacity-model figures per run (embedded), or the reason a run has none."""
+    figures: list[dict[str, str]] = []
+    notes: list[str] = []
+    try:
+        from harness.capacity import capacity_figures
+    except ImportError as exc:  # the capacity area is optional for a report
+        return [], [f"capacity model unavailable: {exc}"]
+    for run, name in zip(runs, names, strict=True):
+        try:
+            made = capacity_figures(run=run)
+        except ReproError as exc:
+            notes.append(f"{name}: no capacity figure ({exc})")
+            continue
+        except Exception as exc:  # noqa: BLE001 (a broken panel must not cost the whole report)
+            notes.append(f"{name}: capacity model failed ({type(exc).__name__}: {exc})")
+            continue
+        for fig in made:
+            figures.append({"id": f"figure-{first_index + len(figures)}", "caption": name,
+                            "json": _script_json(fig.to_json())})
+    return figures, notes
 
 
 def _safe_name(text: str) -> str:
@@ -407,6 +438,7 @@ def render_report(runs: Sequence[Run], *, baseline_index: int = 0, title: str | 
                         "json": _script_json(fig.to_json())})
 
     series = run_series(runs)
+    capacity, capacity_notes = capacity_section(runs, [s.name for s in series], len(figures))
     timeseries = []
     keys = sorted({(p.parallel, p.number) for run in runs for p in run.points})
     for index, (parallel, number) in enumerate(keys):
@@ -460,6 +492,8 @@ def render_report(runs: Sequence[Run], *, baseline_index: int = 0, title: str | 
         comparable=len({run.manifest.workload_key for run in runs}) <= 1,
         invalid=invalid,
         figures=figures,
+        capacity=capacity,
+        capacity_notes=capacity_notes,
         tables=point_tables(runs, baseline_index),
         timeseries=timeseries,
         published=published,

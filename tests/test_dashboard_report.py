@@ -84,6 +84,19 @@ def test_invalid_points_flagged_with_reasons(pair_html: str) -> None:
     assert "c8 invalid:" in html
 
 
+def test_capacity_figures_embedded_or_explained(pair_html: str, tmp_path: Path) -> None:
+    figures = _figures(pair_html)
+    capacity = [fig for fig in figures.values()
+                if "Concurrency vs. sequence length" in str(fig["layout"].get("title"))]
+    assert len(capacity) == 2  # one per run (GLM-5.3 has a capacity model)
+    tiny = write_run(tmp_path / "tiny", "tiny-run", published_points(0), gpus=0)
+    manifest = json.loads((tiny / "manifest.json").read_text())
+    manifest["profile"]["model"] = "tiny:tiny-llama"
+    (tiny / "manifest.json").write_text(json.dumps(manifest))
+    html = write_report([tiny], out=tmp_path / "t.html").read_text(encoding="utf-8")
+    assert "tiny-run (hisparse384): no capacity figure" in " ".join(html.split())
+
+
 def test_provenance_panel(pair_html: str) -> None:
     html = pair_html
     assert "vllm serve zai-org/GLM-5.3 --tensor-parallel-size 8" in html
