@@ -281,7 +281,8 @@ TEMPLATE = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
 <style>
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1280px;
  padding:16px 24px;color:#1d1d1f;background:#fff}
-h1{font-size:1.5em;margin:.2em 0}h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:1.6em}
+h1{font-size:1.5em;margin:.2em 0}
+h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:1.6em}
 table{border-collapse:collapse;font-size:13px;margin:6px 0 14px}
 th,td{border:1px solid #e2e2e2;padding:3px 7px;text-align:right;vertical-align:top}
 th{background:#f5f5f7}td.k,th.k{text-align:left}
@@ -308,7 +309,8 @@ direction, “same” within {{ tolerance }}){% endif %}</p>
 %}</li>{% endfor %}</ul>
 {% if not comparable %}<div class="warn">These runs have different workload keys
 ({% for run in runs %}{{ run.name }}: {{ run.workload_key }}{{ ', ' if not loop.last }}{% endfor
-%}): they did not replay the same workload, so ratios compare different experiments.</div>{% endif %}
+%}): they did not replay the same workload, so ratios compare different experiments.</div>
+{% endif %}
 {% if invalid %}<div class="flag" id="invalid-points"><b>Invalid points</b> (shown hollow ✗ on the
 figure, excluded from lines and frontiers):<ul>{% for item in invalid %}<li>{{ item.run }} ·
 {{ item.point }}: {{ item.reasons }}</li>{% endfor %}</ul></div>{% endif %}
@@ -364,7 +366,8 @@ CPU runs.</p>
 <td>{{ p.x }}</td><td>{{ p.y }}</td><td>{{ p.occ }}</td></tr>{% endfor %}</tbody></table>
 {% endfor %}
 
-{% for fig in figures + capacity + timeseries %}<script type="application/json" id="{{ fig.id }}-data">{{
+{% for fig in figures + capacity + timeseries %}
+<script type="application/json" id="{{ fig.id }}-data">{{
 fig.json|safe }}</script>{% endfor %}
 <script>
 document.querySelectorAll('script[type="application/json"]').forEach(function (node) {
@@ -456,8 +459,9 @@ def render_report(runs: Sequence[Run], *, baseline_index: int = 0, title: str | 
                 entries.append((name, style, tuple(record.window), read_samples_csv(path)))
         if entries:
             fig = timeseries_figure(label, entries)
+            caption = f"{label} — parallel {parallel}, {number} conversations"
             timeseries.append({"id": f"timeseries-{index}", "json": _script_json(fig.to_json()),
-                               "caption": f"{label} — parallel {parallel}, {number} conversations"})
+                               "caption": caption})
 
     invalid = [{"run": s.name, "point": p.label, "reasons": "; ".join(p.invalid_reasons)}
                for s in series for p in s.points if not p.valid]

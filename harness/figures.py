@@ -427,7 +427,8 @@ def pareto_figure(runs: Sequence[Run], *, published: bool = True, definition: st
     fig.update_xaxes(title_text=spec["x_title"], rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text=spec["y_title"], rangemode="tozero", row=1, col=1)
     fig.update_xaxes(title_text="Configured concurrency", type="category",
-                     categoryorder="array", categoryarray=[str(c) for c in categories], row=2, col=1)
+                     categoryorder="array", categoryarray=[str(c) for c in categories],
+                     row=2, col=1)
     fig.update_yaxes(title_text="Mean requests running", rangemode="tozero", row=2, col=1)
     note = footnote(runs, definition) if runs else ""
     if reference and not visible_ref:

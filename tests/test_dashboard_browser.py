@@ -10,12 +10,13 @@ CI must install Debian's chromium (`apt-get install -y chromium`).
 from __future__ import annotations
 
 import base64
+import fcntl
 import io
 import json
 import os
 import queue
 import shutil
-import subprocess
+import signal
 import threading
 import time
 from pathlib import Path
@@ -30,27 +31,37 @@ from harness.dashboard import write_report
 CHROMIUM = os.environ.get("REPRO_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 
 
+def _above_4(fd: int) -> int:
+    """Move fd above 4 so the dup2 onto 3/4 in the child cannot clobber the other pipe end."""
+    if fd > 4:
+        return fd
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 5)
+    os.close(fd)
+    return moved
+
+
 class DevTools:
     """A minimal DevTools-protocol session with a headless Chromium over a pipe."""
 
     def __init__(self, profile_dir: Path) -> None:
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
+        to_child_r, from_child_w = _above_4(to_child_r), _above_4(from_child_w)
 
-        def wire_fds() -> None:  # runs in the child: DevTools reads fd 3, writes fd 4
-            os.dup2(to_child_r, 3)
-            os.dup2(from_child_w, 4)
-
-        self.proc = subprocess.Popen(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-default-apps", "--disable-extensions", "--no-first-run",
-             "--no-default-browser-check", "--mute-audio", "--hide-scrollbars",
-             "--host-resolver-rules=MAP * ~NOTFOUND", "--remote-debugging-pipe",
-             f"--user-data-dir={profile_dir}", "--window-size=1280,1600", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(3, 4),
-            preexec_fn=wire_fds, start_new_session=True,  # noqa: PLW1509 (reader thread starts after)
-        )
+        args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--disable-default-apps", "--disable-extensions",
+                "--no-first-run", "--no-default-browser-check", "--mute-audio",
+                "--hide-scrollbars", "--host-resolver-rules=MAP * ~NOTFOUND",
+                "--remote-debugging-pipe", f"--user-data-dir={profile_dir}",
+                "--window-size=1280,1600", "about:blank"]
+        # posix_spawn puts the pipe ends on fds 3/4 in the child without running Python there.
+        self.pid = os.posix_spawn(CHROMIUM, args, dict(os.environ), setsid=True, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_DUP2, to_child_r, 3),
+            (os.POSIX_SPAWN_DUP2, from_child_w, 4),
+        ])
         os.close(to_child_r)
         os.close(from_child_w)
         self._next_id = 0
@@ -93,13 +104,23 @@ class DevTools:
             raise RuntimeError(f"DevTools {method}: {reply['error']}")
         return reply.get("result", {})
 
+    def _wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if os.waitpid(self.pid, os.WNOHANG) != (0, 0):
+                return True
+            time.sleep(0.1)
+        return False
+
     def close(self) -> None:
-        try:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, 9)
-            self.proc.wait(timeout=10)
+        """Stop the browser's whole process group (it has helper processes)."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.pid, sig)
+            except ProcessLookupError:
+                break
+            if self._wait(10):
+                break
         for fd in (self._to_child, self._from_child):
             try:
                 os.close(fd)
