@@ -19,10 +19,30 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from harness.curves import frontier_auc
 from harness.figures import SeriesPoint, series_points
-from harness.results import METRICS, Run
+from harness.results import METRICS, MetricSpec, Run
 
 DEFAULT_TOLERANCE = 0.02  # relative change below which two values are called the same
+
+# Whole-curve scalars over a run's valid points (repeats reduced): they survive one noisy point.
+CURVE_METRICS: dict[str, MetricSpec] = {
+    "frontier_auc": MetricSpec(
+        "Frontier AUC (blog definition)", "tok/s/user x tok/s/GPU", "higher",
+        "Area under the Pareto frontier of interactivity vs total-token throughput per GPU.",
+    ),
+    "frontier_auc_bench_sweep": MetricSpec(
+        "Frontier AUC (bench sweep definition)", "tok/s/user x tok/s/GPU", "higher",
+        "Area under the frontier of output tok/s per user vs output throughput per GPU.",
+    ),
+    "max_throughput_per_gpu": MetricSpec(
+        "Best total-token throughput per GPU", "tok/s/GPU", "higher", "Max over valid points.",
+    ),
+    "max_occupancy": MetricSpec(
+        "Most requests running", "requests", "higher",
+        "Max over valid points of the mean non-zero running requests (the blog's headline).",
+    ),
+}
 
 
 def verdict(metric: str, a: float | None, b: float | None, tolerance: float = DEFAULT_TOLERANCE
@@ -30,7 +50,7 @@ def verdict(metric: str, a: float | None, b: float | None, tolerance: float = DE
     """better / worse / same / info / n/a for B against A on `metric`."""
     if a is None or b is None:
         return "n/a"
-    direction = METRICS[metric].better
+    direction = (METRICS.get(metric) or CURVE_METRICS[metric]).better
     if direction is None:
         return "info"
     if abs(b - a) <= tolerance * abs(a):  # a == 0: only b == 0 is "same"
@@ -84,6 +104,44 @@ def compare_runs(a: Run, b: Run, *, tolerance: float = DEFAULT_TOLERANCE) -> lis
     return rows
 
 
+def curve_values(run: Run) -> dict[str, float | None]:
+    """The CURVE_METRICS of one run, from its valid points."""
+    points = [p for p in series_points(run) if p.valid]
+
+    def pairs(x: str, y: str) -> list[tuple[float, float]]:
+        return [(p.values[x], p.values[y]) for p in points
+                if p.values.get(x) is not None and p.values.get(y) is not None]
+
+    def best(key: str) -> float | None:
+        values = [p.values[key] for p in points if p.values.get(key) is not None]
+        return max(values) if values else None
+
+    return {
+        "frontier_auc": frontier_auc(pairs("interactivity", "throughput_per_gpu")),
+        "frontier_auc_bench_sweep": frontier_auc(pairs("output_tps_per_user",
+                                                       "output_throughput_per_gpu")),
+        "max_throughput_per_gpu": best("throughput_per_gpu"),
+        "max_occupancy": best("occupancy"),
+    }
+
+
+def compare_curves(a: Run, b: Run, *, tolerance: float = DEFAULT_TOLERANCE
+                   ) -> list[dict[str, Any]]:
+    """One row per CURVE_METRICS key, B against A (same fields as the point rows)."""
+    left, right = curve_values(a), curve_values(b)
+    rows = []
+    for key, spec in CURVE_METRICS.items():
+        va, vb = left[key], right[key]
+        rows.append({
+            "point": "curve", "parallel": None, "number": None, "metric": key,
+            "label": spec.label, "unit": spec.unit, "better": spec.better, "a": va, "b": vb,
+            "delta": None if va is None or vb is None else vb - va, "ratio": _ratio(va, vb),
+            "verdict": verdict(key, va, vb, tolerance), "a_valid": True, "b_valid": True,
+            "a_repeats": None, "b_repeats": None,
+        })
+    return rows
+
+
 def _fmt(value: float | None) -> str:
     if value is None:
         return "-"
@@ -128,7 +186,8 @@ def render_table(rows: Sequence[dict[str, Any]], a_name: str, b_name: str,
                 flags.append("A invalid")
             if row["b_valid"] is False:
                 flags.append("B invalid")
-            title = f"{row['point']} (parallel {row['parallel']}, {row['number']} conversations)"
+            title = (f"{row['point']} (parallel {row['parallel']}, {row['number']} conversations)"
+                     if row["parallel"] is not None else "whole curve (valid points)")
             lines.append(title + (f"  [{', '.join(flags)}]" if flags else ""))
         if not include_empty and row["a"] is None and row["b"] is None:
             continue
@@ -140,6 +199,8 @@ def render_table(rows: Sequence[dict[str, Any]], a_name: str, b_name: str,
 
 
 def compare_json(a: Run, b: Run, rows: Sequence[dict[str, Any]],
-                 tolerance: float = DEFAULT_TOLERANCE) -> str:
+                 tolerance: float = DEFAULT_TOLERANCE,
+                 curves: Sequence[dict[str, Any]] = ()) -> str:
     return json.dumps({"a": a.name, "b": b.name, "a_dir": str(a.root), "b_dir": str(b.root),
-                       "tolerance": tolerance, "rows": list(rows)}, indent=2) + "\n"
+                       "tolerance": tolerance, "rows": list(rows), "curves": list(curves)},
+                      indent=2) + "\n"

@@ -35,7 +35,13 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from harness import __version__
-from harness.compare import DEFAULT_TOLERANCE, compare_runs
+from harness.compare import (
+    CURVE_METRICS,
+    DEFAULT_TOLERANCE,
+    compare_curves,
+    compare_runs,
+    curve_values,
+)
 from harness.errors import ReproError, RunError
 from harness.figures import (
     STYLES,
@@ -215,10 +221,36 @@ def point_tables(runs: Sequence[Run], baseline_index: int) -> list[dict[str, Any
                          "cells": cells})
         invalid = [(s.name, p.invalid_reasons) for s, p in zip(series, points, strict=True)
                    if p is not None and not p.valid]
-        tables.append({"label": label, "parallel": parallel, "number": number, "rows": rows,
+        tables.append({"title": f"{label} — parallel {parallel}, {number} conversations",
+                       "label": label, "parallel": parallel, "number": number, "rows": rows,
                        "invalid": invalid,
                        "repeats": [p.repeats if p else 0 for p in points]})
     return tables
+
+
+def curve_table(runs: Sequence[Run], baseline_index: int) -> dict[str, Any]:
+    """Whole-curve scalars (frontier AUC, best throughput, most running) in the table layout."""
+    values = [curve_values(run) for run in runs]
+    baseline = runs[baseline_index]
+    against = [{row["metric"]: row for row in compare_curves(baseline, run)}
+               if i != baseline_index else {} for i, run in enumerate(runs)]
+    rows = []
+    for metric, spec in CURVE_METRICS.items():
+        if all(v[metric] is None for v in values):
+            continue
+        cells = []
+        for i, v in enumerate(values):
+            cell = {"text": _fmt(v[metric]), "ci": "", "invalid": False}
+            if i != baseline_index:
+                ratio = against[i][metric]["ratio"]
+                cell["ratio"] = "–" if ratio is None else f"{ratio:.3f}×"
+                cell["verdict"] = against[i][metric]["verdict"]
+            cells.append(cell)
+        rows.append({"metric": metric, "label": spec.label, "unit": spec.unit,
+                     "better": spec.better or "", "description": spec.description,
+                     "cells": cells})
+    return {"title": "Whole curve (valid points, repeats reduced to medians)", "label": "curve",
+            "rows": rows, "invalid": [], "repeats": [0] * len(runs)}
 
 
 def _when(epoch: float | None) -> str:
@@ -329,8 +361,7 @@ measured occupancy marked (harness.capacity).</p>
 <h2 id="metrics">Derived metrics per point</h2>
 <p class="muted">Values are medians over valid repeats (95% distribution-free CI in brackets when
 a point has repeats). Columns marked ✗ are invalid points.</p>
-{% for table in tables %}<details open><summary>{{ table.label }} — parallel {{ table.parallel }},
-{{ table.number }} conversations</summary>
+{% for table in tables %}<details open><summary>{{ table.title }}</summary>
 {% for name, reasons in table.invalid %}<div class="flag">{{ name }} · {{ table.label }} invalid:
 {{ reasons|join('; ') }}</div>{% endfor %}
 <table><thead><tr><th class="k">metric</th><th class="k">unit</th><th>better</th>
@@ -498,7 +529,7 @@ def render_report(runs: Sequence[Run], *, baseline_index: int = 0, title: str | 
         figures=figures,
         capacity=capacity,
         capacity_notes=capacity_notes,
-        tables=point_tables(runs, baseline_index),
+        tables=[curve_table(runs, baseline_index), *point_tables(runs, baseline_index)],
         timeseries=timeseries,
         published=published,
     )

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from test_figures_crafted import write_run
 
 from harness.cli import cli
-from harness.compare import compare_runs, render_table, verdict
+from harness.compare import compare_curves, compare_runs, curve_values, render_table, verdict
 from harness.results import METRICS, load_run
 
 
@@ -118,3 +118,25 @@ def test_cli_compare_names_a_missing_run(tmp_path: Path, monkeypatch) -> None:
     result = CliRunner().invoke(cli, ["compare", "nope", "nope2"])
     assert result.exit_code != 0
     assert "nope: not a run directory" in str(result.exception)
+
+
+def test_whole_curve_scalars(tmp_path: Path) -> None:
+    a, b = _runs(tmp_path)
+    values = curve_values(a)
+    # frontier of (100, 1000) alone: area 100 x 1000; c8/c16 have no throughput
+    assert values["frontier_auc"] == pytest.approx(100_000.0)
+    assert values["max_occupancy"] == 5.0
+    assert values["frontier_auc_bench_sweep"] is None
+    # B's c8 is invalid: its occupancy 7.5 must not count
+    assert curve_values(b)["max_occupancy"] == pytest.approx(1.01)
+    rows = {r["metric"]: r for r in compare_curves(a, b)}
+    assert rows["frontier_auc"]["ratio"] == pytest.approx(110 * 500 / 100_000)
+    assert rows["frontier_auc"]["verdict"] == "worse"
+    assert rows["max_occupancy"]["verdict"] == "worse"
+    assert rows["frontier_auc_bench_sweep"]["verdict"] == "n/a"
+    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "a"), str(tmp_path / "b"),
+                                      "--json"])
+    data = json.loads(result.output)
+    assert {r["metric"] for r in data["curves"]} == set(rows)
+    text = CliRunner().invoke(cli, ["compare", str(tmp_path / "a"), str(tmp_path / "b")]).output
+    assert "whole curve (valid points)" in text and "Frontier AUC (blog definition)" in text

@@ -67,6 +67,9 @@ def test_ratio_columns_against_baseline_with_verdicts(pair_html: str) -> None:
     assert '<td class="better">1.484×</td>' in html
     # c1 throughput 4809 vs 4892 is within 2%: same.
     assert '<td class="same">0.983×</td>' in html
+    # whole-curve block: most requests running 4.9 (c8 invalid excluded) vs 18.9
+    assert "Whole curve (valid points" in html
+    assert '<td class="worse">0.259×</td>' in html
 
 
 def test_explicit_baseline_goes_first(pair, tmp_path: Path) -> None:

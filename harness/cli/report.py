@@ -58,26 +58,34 @@ def compare(a: str, b: str, as_json: bool, tolerance: float | None, include_empt
 
     Points are matched by (parallel, number), repeats reduced to medians. Each row shows A, B,
     B-A, B/A and whether B is better or worse given the metric's direction (higher or lower is
-    better); metrics without a direction are informational. Exit status is 0 whatever the
-    verdicts (use `repro regress` for a gate).
+    better); metrics without a direction are informational. A last block compares whole-curve
+    scalars (frontier AUC under both definitions, best throughput, most requests running).
+    Exit status is 0 whatever the verdicts (use `repro regress` for a gate).
 
     \b
     Examples:
       repro compare results/run-a results/run-b
       repro compare run-a run-b --json | jq '.rows[] | select(.verdict=="worse")'
     """
-    from harness.compare import DEFAULT_TOLERANCE, compare_json, compare_runs, render_table
+    from harness.compare import (
+        DEFAULT_TOLERANCE,
+        compare_curves,
+        compare_json,
+        compare_runs,
+        render_table,
+    )
     from harness.dashboard import resolve_run_dir
     from harness.results import load_run
 
     tol = DEFAULT_TOLERANCE if tolerance is None else tolerance
     run_a, run_b = load_run(resolve_run_dir(a)), load_run(resolve_run_dir(b))
     rows = compare_runs(run_a, run_b, tolerance=tol)
+    curves = compare_curves(run_a, run_b, tolerance=tol)
     if as_json:
-        click.echo(compare_json(run_a, run_b, rows, tol), nl=False)
+        click.echo(compare_json(run_a, run_b, rows, tol, curves), nl=False)
     else:
-        click.echo(render_table(rows, run_a.name, run_b.name, include_empty=include_empty,
-                                tolerance=tol), nl=False)
+        click.echo(render_table([*rows, *curves], run_a.name, run_b.name,
+                                include_empty=include_empty, tolerance=tol), nl=False)
 
 
 @click.command()
