@@ -19,6 +19,7 @@ in HTML and through JSON with <, > and & escaped inside scripts.
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import itertools
 import json
@@ -53,7 +54,7 @@ from harness.figures import (
 )
 from harness.paths import dashboards_dir
 from harness.results import METRICS, Run, RunLayout, load_run
-from harness.scrape import Sample, read_samples_csv
+from harness.scrape import Sample
 
 # Scraped series shown per point: (title, sample name, how to fold engines / counters).
 TIMESERIES: tuple[tuple[str, str, str], ...] = (
@@ -66,6 +67,25 @@ TIMESERIES: tuple[tuple[str, str, str], ...] = (
 
 
 # --------------------------------------------------------------------------- time series
+
+SCRAPED_NAMES = frozenset({
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    "vllm:num_preemptions_total", "vllm:num_preemptions",
+    "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens",
+    "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_drafts",
+})
+
+
+def read_scraped(path: Path) -> list[Sample]:
+    """The samples.csv rows the panels need (a GPU point holds ~400 series per scrape: reading
+    only these names keeps a report of a 3-hour sweep quick)."""
+    out: list[Sample] = []
+    with open(path, encoding="utf-8", newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row["name"] in SCRAPED_NAMES:
+                out.append(Sample(float(row["timestamp"]), float(row["monotonic"]), row["name"],
+                                  json.loads(row["labels"]), float(row["value"])))
+    return out
 
 
 def _gauge(samples: list[Sample], name: str, fold: str) -> tuple[list[float], list[float]]:
@@ -487,7 +507,7 @@ def render_report(runs: Sequence[Run], *, baseline_index: int = 0, title: str | 
                 if not path.is_file():
                     continue
                 name = s.name + (f" r{record.repeat}" if record.repeat else "")
-                entries.append((name, style, tuple(record.window), read_samples_csv(path)))
+                entries.append((name, style, tuple(record.window), read_scraped(path)))
         if entries:
             fig = timeseries_figure(label, entries)
             caption = f"{label} — parallel {parallel}, {number} conversations"

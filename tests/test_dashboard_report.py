@@ -12,7 +12,14 @@ from plotly.offline import get_plotlyjs
 from test_figures_crafted import published_points, write_run
 
 from harness.cli import cli
-from harness.dashboard import _acceptance, _counter, _gauge, write_report
+from harness.dashboard import (
+    SCRAPED_NAMES,
+    _acceptance,
+    _counter,
+    _gauge,
+    read_scraped,
+    write_report,
+)
 from harness.results import RunLayout, load_run, point_id
 from harness.scrape import Sample, read_samples_csv
 
@@ -154,10 +161,12 @@ def test_counter_resets_and_engine_folding() -> None:
     assert _acceptance(spec) == ([2], [1.75])  # the idle interval (no drafts) is skipped
 
 
-def test_crafted_samples_round_trip_through_scrape_reader(pair) -> None:
-    run = load_run(pair[0])
-    samples = read_samples_csv(RunLayout(run.root).samples_csv(point_id(8, 16)))
-    assert {x.labels["engine"] for x in samples} == {"0", "1"}
+def test_filtered_reader_matches_the_scrape_reader(pair) -> None:
+    path = RunLayout(load_run(pair[0]).root).samples_csv(point_id(8, 16))
+    everything = read_samples_csv(path)
+    assert {x.labels["engine"] for x in everything} == {"0", "1"}
+    assert read_scraped(path) == [x for x in everything if x.name in SCRAPED_NAMES]
+    assert len(read_scraped(path)) == len(everything) > 0
 
 
 def test_default_output_in_dashboards_dir(pair, tmp_path: Path, monkeypatch) -> None:
