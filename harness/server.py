@@ -98,6 +98,8 @@ def _signal_all(pgid: int, pids: set[int], sig: signal.Signals) -> None:
 def port_is_free(host: str, port: int) -> bool:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
+        # as servers do: TIME_WAIT leftovers of a stopped server must not count as busy
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -305,6 +307,13 @@ class VllmServer:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    def check(self) -> None:
+        """Raise ServerError with the log tail if the server is no longer running."""
+        if self._proc is not None and self._proc.poll() is not None:
+            raise self._died("while serving")
+        if self._proc is None:
+            raise ServerError(f"vLLM ({self.profile.name}) is not running; log {self.log_path}")
+
     def log_tail(self, lines: int = 40) -> str:
         try:
             text = self.log_path.read_text(errors="replace")
@@ -497,7 +506,7 @@ def serve_until_signalled(profile_name: str, *, port: int | None = None,
         status(f"serving {profile.name}; launch record {record_path}; Ctrl-C or SIGTERM stops")
         while server.alive():
             time.sleep(POLL_S)
-        raise server._died("while serving")
+        server.check()
     except (KeyboardInterrupt, _Shutdown) as exc:
         status(f"stopping ({type(exc).__name__} {exc})")
     finally:
