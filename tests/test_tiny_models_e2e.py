@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.tiny import ensure_model, resolve_model
-from harness.tiny.models import build_model
+from harness.tiny.models import MODEL_FILES, build_model
+from harness.tiny.tokenizer import TOKENIZER_FILES
 
 pytestmark = pytest.mark.e2e
 
@@ -45,6 +46,7 @@ def test_rebuild_is_byte_identical(cpu_build, name: str, tmp_path: Path) -> None
     cached_hashes = file_hashes(cached)
     assert "model.safetensors" in cached_hashes and "tokenizer.json" in cached_hashes
     assert file_hashes(fresh) == cached_hashes
+    assert sorted(p.name for p in fresh.iterdir()) == sorted((*MODEL_FILES, *TOKENIZER_FILES))
     # Cached: a second ensure returns the same directory without rebuilding.
     assert ensure_model(name, cpu_build.python) == cached
     assert resolve_model(f"tiny:{name}", cpu_build.python) == str(cached)

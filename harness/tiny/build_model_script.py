@@ -171,7 +171,8 @@ def build(spec: dict, tok_dir: Path, out_dir: Path) -> None:
     ids = special_ids(tok_dir)
     vocab_size = round_up(tokenizer_vocab_size(tok_dir), params["vocab_multiple"])
     config = make_config(spec["architecture"], params, vocab_size, ids)
-    with tempfile.TemporaryDirectory(prefix="tiny-staging-", dir=out_dir.parent) as staging:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".staging-", dir=out_dir) as staging:
         tensors = random_checkpoint(config, Path(staging))
 
     scale = params.get("residual_scale", 1.0)
@@ -182,7 +183,6 @@ def build(spec: dict, tok_dir: Path, out_dir: Path) -> None:
     if mtp:
         add_mtp_layer(tensors, params["num_hidden_layers"], params["hidden_size"], mtp["eh_proj"])
 
-    out_dir.mkdir(parents=True, exist_ok=True)
     ordered = {key: tensors[key].contiguous() for key in sorted(tensors)}
     save_file(ordered, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     (out_dir / "model.safetensors").chmod(0o644)
