@@ -79,7 +79,7 @@ def test_failing_build_script_reports_its_output(tmp_path: Path, monkeypatch) ->
 
     monkeypatch.setenv("REPRO_CACHE", str(tmp_path / "cache"))
     with pytest.raises(BuildError, match="torch"):
-        build_model("tiny-llama", Path(sys.executable), tmp_path / "out")
+        build_model("tiny-llama", Path(sys.executable), tmp_path / "out", tok_dir=tmp_path)
 
 
 def test_cli_model_list_and_unknown_name() -> None:

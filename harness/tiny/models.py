@@ -91,10 +91,10 @@ def build_model(name: str, python: Path, out_dir: Path, *, tok_dir: Path | None 
     from harness.tiny import ensure_tokenizer
 
     spec = model_spec(name)
-    tok_dir = tok_dir or ensure_tokenizer()
     python = Path(python)
     if not python.exists():
         raise BuildError(f"build python {python} does not exist")
+    tok_dir = tok_dir or ensure_tokenizer()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     spec_path = out_dir / ".spec.json"
