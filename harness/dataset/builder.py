@@ -38,7 +38,7 @@ MANIFEST_SCHEMA = "repro.dataset-manifest/1"
 MAX_REPAIRS = 4
 REPAIR_SLACK = 8  # a repair tries pad lengths within +-8 tokens of the corrected target
 # A prefix of this many characters per wanted token is encoded before the whole message.
-_CHARS_PER_TOKEN_BOUND = 8
+_PREFIX_CHARS_PER_TOKEN = (4, 16)
 
 
 def manifest_path_for(output: Path) -> Path:
@@ -70,12 +70,15 @@ def _cut_real(tok: TokenizerHandle, texts: list[str], limits: list[int]) -> list
     prefix of long texts first."""
     pieces: list[Piece | None] = [None] * len(texts)
     todo = list(range(len(texts)))
-    full = False
-    while todo:
-        if full:
+    for attempt in range(len(_PREFIX_CHARS_PER_TOKEN) + 1):
+        if not todo:
+            break
+        last = attempt == len(_PREFIX_CHARS_PER_TOKEN)
+        if last:
             batch = [texts[i] for i in todo]
         else:
-            batch = [texts[i][: (limits[i] + 64) * _CHARS_PER_TOKEN_BOUND] for i in todo]
+            factor = _PREFIX_CHARS_PER_TOKEN[attempt]
+            batch = [texts[i][: (limits[i] + 64) * factor] for i in todo]
         encoded = tok.encode(batch)
         retry = []
         for i, prefix, ids in zip(todo, batch, encoded, strict=True):
@@ -92,7 +95,7 @@ def _cut_real(tok: TokenizerHandle, texts: list[str], limits: list[int]) -> list
             cut = int(candidates[-1]) + 1 if len(candidates) else limit
             text = tok.decode(ids[:cut], skip_special=False)
             pieces[i] = Piece(text, cut, len(ids) if whole else None, True, ids[:cut])
-        todo, full = retry, True
+        todo = retry
     return [p for p in pieces if p is not None]
 
 
@@ -142,7 +145,8 @@ def _repair(
     best = next((i for i, total in enumerate(totals) if total == target), 0)
     n = lengths[best]
     ids = reserve.ids[:n] if reserve.ids is not None else None
-    plan.pad = PadPiece(pads[best], n, reserve.kind, reserve.start, ids)
+    joins = reserve.joins[reserve.joins < n] if reserve.joins is not None else None
+    plan.pad = PadPiece(pads[best], n, reserve.kind, reserve.start, ids, joins)
     plan.repairs += 1
 
 
@@ -263,9 +267,31 @@ def build_dataset(
     # 4. Verify every message by re-tokenizing it; repair drifting seams by re-vending the pad.
     flat: list[tuple[int, int]] = [(c, turn) for c in range(len(plans)) for turn in range(1, N + 1)]
 
+    full_check = recipe.verify == "full" or not tok.splits_locally
+    verify_mode = "full" if full_check else "windows"
+    if recipe.verify == "windows" and not tok.splits_locally:
+        verify_mode = "full (the tokenizer has no local pre-tokenizer split)"
+
+    def pad_text_for_count(plan: TurnPlan) -> tuple[str, int]:
+        pad = plan.pad
+        if pad is None or not pad.tokens:
+            return "", 0
+        shrunk = None if full_check or pad.ids is None else tok.windowed(pad.ids, pad.joins)
+        return shrunk if shrunk is not None else (pad.text, 0)
+
     def measure(keys: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        batch = [m["content"] for c, turn in keys for m in _turn_messages(turn, plans[c][turn - 1])]
-        counts = iter(tok.count(batch))
+        batch: list[str] = []
+        removed: list[int] = []
+        for c, turn in keys:
+            plan = plans[c][turn - 1]
+            pad_text, pad_removed = pad_text_for_count(plan)
+            if turn == 1:
+                batch += [pad_text, plan.real.text]
+                removed += [pad_removed, 0]
+            else:
+                batch.append(plan.real.text + pad_text)
+                removed.append(pad_removed)
+        counts = iter([n + r for n, r in zip(tok.count(batch), removed, strict=True)])
         drifting = []
         for c, turn in keys:
             plan = plans[c][turn - 1]
@@ -317,7 +343,7 @@ def build_dataset(
             messages = messages + _turn_messages(turn, plan)
             ids_so_far = ids_so_far + _construction_ids(turn, plan)
             histories.append((messages, ids_so_far))
-    templated = tok.templated_lengths(histories)
+    templated = tok.templated_lengths(histories, window=8)
     templated_method = "shrunk"
     if plans:  # cross-check the shrinking shortcut on the first conversation's first turn
         full = tok.templated_lengths([histories[0]], full=True)[0]
@@ -400,6 +426,7 @@ def build_dataset(
         },
         "exactness": {
             "tolerance": recipe.tolerance,
+            "verify": verify_mode,
             "turns": len(flat),
             "exact_turns": sum(
                 1 for c, turn in flat

@@ -32,6 +32,7 @@ class PadPiece:
     kind: str  # "pool" | "random" | "none"
     start: int | None = None  # pool span [start, start + tokens)
     ids: np.ndarray | None = None  # the ids the text was decoded from
+    joins: np.ndarray | None = None  # positions inside `ids` where separately encoded text meets
 
 
 class PadPool:
@@ -44,6 +45,7 @@ class PadPool:
         self.removed_control_ids = 0
         chunks: list[np.ndarray] = []
         breaks: list[np.ndarray] = []  # positions next to a removed control id: never cut there
+        doc_starts: list[int] = []
         total = 0
         batch: list[str] = []
         batch_chars = 0
@@ -60,6 +62,7 @@ class PadPool:
                     kept_before = np.cumsum(keep)[~keep]
                     breaks.append(np.unique(kept_before) + total)
                     ids = ids[keep]
+                doc_starts.append(total)
                 chunks.append(ids)
                 total += len(ids)
             batch.clear()
@@ -84,8 +87,13 @@ class PadPool:
             flush()
         self.ids = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
         self.cuts = tok.safe_cuts(self.ids)
+        # Joins: where independently encoded text meets (document starts, removed ids). Only
+        # there can a decoded span tokenize differently from the ids it came from.
+        self.joins = np.zeros(len(self.ids) + 1, dtype=bool)
+        self.joins[np.asarray(doc_starts, dtype=np.int64)] = True
         for positions in breaks:
             self.cuts[positions] = False
+            self.joins[positions] = True
         self.cursor = 0
         self.skipped = 0
         self.exhausted_requests = 0
@@ -109,7 +117,8 @@ class PadPool:
                 self.skipped += begin - self.cursor
                 self.cursor = begin + target
                 text = self.tok.decode(self.ids[begin : begin + target])
-                return PadPiece(text, target, "pool", begin, self.ids[begin : begin + target])
+                joins = np.flatnonzero(self.joins[begin + 1 : begin + target]) + 1
+                return PadPiece(text, target, "pool", begin, self.ids[begin : begin + target], joins)
             start = stop
         self.exhausted_requests += 1
         return None
@@ -131,4 +140,6 @@ def random_pad(tok: TokenizerHandle, rng: np.random.RandomState, target: int) ->
     if target <= 0:
         return PadPiece("", 0, "none")
     ids = rng.choice(tok.word_ids, size=target)
-    return PadPiece(tok.decode(ids), target, "random", None, ids)
+    # Every word is its own pre-token, so word|word joins are all alike: the windows at both
+    # ends of the span check that kind of join.
+    return PadPiece(tok.decode(ids), target, "random", None, ids, np.zeros(0, dtype=np.int64))

@@ -51,8 +51,12 @@ class Recipe(BaseModel):
     pad_text_field: str = "output"
     # `prompt_tokens` of turn t >= 2 adds this per earlier reply (the original's OSL estimate).
     output_tokens_estimate: int = Field(default=220, ge=0)
-    # Largest |drift| in tokens tolerated per message after the builder's own re-tokenisation.
+    # Largest |drift| in tokens tolerated per turn after the builder's own re-tokenisation.
     tolerance: int = Field(default=0, ge=0)
+    # Pre-write check: "windows" re-tokenizes real text in full and pad spans around every place
+    # where separately encoded text meets (exact for locally splitting pre-tokenizers; others
+    # fall back to full); "full" re-tokenizes every character.
+    verify: Literal["windows", "full"] = "windows"
 
     def fingerprint(self) -> str:
         """sha256 of the fields that determine the output bytes (name/description excluded)."""

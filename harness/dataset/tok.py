@@ -62,6 +62,19 @@ def resolve_tokenizer_dir(spec: str, revision: str | None = None) -> tuple[Path,
     return Path(local), "hub"
 
 
+def _byte_level_alphabet() -> dict[int, str]:
+    """The byte-level BPE byte -> character mapping: printable Latin-1 bytes map to themselves,
+    the other bytes to consecutive code points from 256 on."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    mapping = {byte: chr(byte) for byte in printable}
+    extra = 0
+    for byte in range(256):
+        if byte not in mapping:
+            mapping[byte] = chr(256 + extra)
+            extra += 1
+    return mapping
+
+
 def _files_sha256(directory: Path) -> dict[str, str]:
     return {
         name: hashlib.sha256((directory / name).read_bytes()).hexdigest()
@@ -120,8 +133,42 @@ class TokenizerHandle:
     def decode(self, ids: np.ndarray | list[int], *, skip_special: bool = True) -> str:
         if len(ids) == 0:
             return ""
+        table = self._byte_table
+        if table is not None and isinstance(ids, np.ndarray) and len(ids) >= 256:
+            pieces = table[ids]
+            if not any(piece is None for piece in pieces[self._added_mask[ids]]):
+                return b"".join(pieces).decode("utf-8", errors="replace")
         ids_list = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
         return self.backend.decode(ids_list, skip_special_tokens=skip_special)
+
+    @cached_property
+    def _added_mask(self) -> np.ndarray:
+        mask = np.zeros(self.backend.get_vocab_size(with_added_tokens=True), dtype=bool)
+        mask[[int(i) for i in self.backend.get_added_tokens_decoder()]] = True
+        return mask
+
+    @cached_property
+    def _byte_table(self) -> np.ndarray | None:
+        """Per-id bytes for a plain byte-level decoder, so long spans decode by joining bytes
+        (several times faster than the backend for multi-million-token pads). None when the
+        decoder is anything else or the table disagrees with the backend on a sample."""
+        decoder = json.loads(self.backend.to_str()).get("decoder") or {}
+        if decoder.get("type") != "ByteLevel":
+            return None
+        byte_of = {char: byte for byte, char in _byte_level_alphabet().items()}
+        size = self.backend.get_vocab_size(with_added_tokens=True)
+        table = np.empty(size, dtype=object)
+        for i in range(size):
+            token = self.backend.id_to_token(i)
+            if token is None or self._added_mask[i] or any(c not in byte_of for c in token):
+                table[i] = None  # added tokens: the backend decides (skip or keep)
+            else:
+                table[i] = bytes(byte_of[c] for c in token)
+        sample = np.random.RandomState(0).choice(np.flatnonzero(~self._added_mask), 4096)
+        joined = b"".join(table[sample]).decode("utf-8", errors="replace")
+        if joined != self.backend.decode(sample.tolist(), skip_special_tokens=True):
+            return None
+        return table
 
     # ------------------------------------------------------------------ vocabulary facts
 
@@ -180,6 +227,57 @@ class TokenizerHandle:
         cuts[1:-1] = ends[ids[:-1]] & starts[ids[1:]]
         cuts[-1] = ends[ids[-1]]
         return cuts
+
+    @cached_property
+    def splits_locally(self) -> bool:
+        """True when a regex/whitespace pre-tokenizer splits text into chunks by local rules, so
+        tokenization differences can only arise near where separately encoded pieces meet."""
+        config = json.loads(self.backend.to_str()).get("pre_tokenizer")
+
+        def splits(node: Any) -> bool:
+            if not isinstance(node, dict):
+                return False
+            kind = node.get("type")
+            if kind == "Sequence":
+                return any(splits(child) for child in node.get("pretokenizers", []))
+            if kind == "ByteLevel":
+                return bool(node.get("use_regex", True))
+            return kind in {
+                "Split", "Whitespace", "WhitespaceSplit", "BertPreTokenizer", "Metaspace",
+                "Punctuation", "Digits", "UnicodeScripts", "CharDelimiterSplit",
+            }
+
+        return splits(config)
+
+    def windowed(
+        self, ids: np.ndarray, joins: np.ndarray | None, window: int = 32
+    ) -> tuple[str, int] | None:
+        """(text, removed): decode(ids) with everything but windows around its ends and `joins`
+        cut out at pre-token boundaries, and how many ids were cut. With a locally splitting
+        pre-tokenizer, count(text) + removed == count(decode(ids)). None when not worth it."""
+        n = len(ids)
+        if n <= 8 * window:
+            return None
+        cut_positions = np.flatnonzero(self.safe_cuts(ids))
+        points = [0, n, *(joins.tolist() if joins is not None else [])]
+        windows: list[list[int]] = []
+        for point in sorted(set(points)):
+            start, end = max(0, point - window), min(n, point + window)
+            if start > 0:
+                k = np.searchsorted(cut_positions, start, side="right") - 1
+                start = int(cut_positions[k]) if k >= 0 else 0
+            if end < n:
+                k = np.searchsorted(cut_positions, end, side="left")
+                end = int(cut_positions[k]) if k < len(cut_positions) else n
+            if windows and start <= windows[-1][1]:
+                windows[-1][1] = max(windows[-1][1], end)
+            else:
+                windows.append([start, end])
+        kept = sum(end - start for start, end in windows)
+        if kept * 2 > n:
+            return None
+        text = "".join(self.decode(ids[start:end]) for start, end in windows)
+        return text, n - kept
 
     @cached_property
     def word_ids(self) -> np.ndarray:
