@@ -542,6 +542,10 @@ def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | Non
         prof = Profile.model_validate(manifest.profile)
         overrides = list(manifest.overrides)
         url = manifest.base_url if manifest.engine == "url" else None
+        if url is None and port is None:  # relaunch where the run's server was
+            from urllib.parse import urlparse
+
+            port = urlparse(manifest.base_url).port
         repeats = manifest.repeats
         dataset_spec = manifest.dataset.get("path")
         run_dir = resume

@@ -171,6 +171,18 @@ def test_http_500_endpoint_makes_points_invalid(fake_server, small_dataset, tmp_
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [row["valid"] for row in summary["rows"]] == [False, False]
 
+    # The run is visible to `repro runs list|show`.
+    from click.testing import CliRunner
+
+    from harness.cli import cli
+
+    listed = CliRunner().invoke(cli, ["runs", "list", "--out", str(tmp_path)])
+    assert listed.exit_code == 0, listed.output
+    assert "r500" in listed.output and "0/2/2" in listed.output
+    shown = CliRunner().invoke(cli, ["runs", "show", str(run_dir)])
+    assert shown.exit_code == 0, shown.output
+    assert "p002-n0002-r0" in shown.output and "NO" in shown.output
+
 
 def test_failing_metrics_endpoint_records_gaps_and_point_completes(fake_server, small_dataset,
                                                                     tmp_path):
