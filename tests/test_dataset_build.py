@@ -4,6 +4,7 @@ shape/metadata/prompt_tokens, and loading through the pinned EvalScope's own swe
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from pathlib import Path
@@ -65,10 +66,10 @@ def awkward_sources(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def _recipe(**fields):
-    base = dict(
-        tokenizer="tiny:tokenizer", trajectories="synthetic", pad_source="random",
-        first_turn_length=F, subsequent_turn_length=S, num_turns=N, number=NUMBER, seed=7,
-    )
+    base = {
+        "tokenizer": "tiny:tokenizer", "trajectories": "synthetic", "pad_source": "random",
+        "first_turn_length": F, "subsequent_turn_length": S, "num_turns": N, "number": NUMBER, "seed": 7,
+    }
     base.update(fields)
     return make_recipe(base)
 
@@ -149,7 +150,7 @@ def test_pool_spans_are_disjoint(builds):
                 spans.append((turn["pad_pool_start"], turn["pad_pool_start"] + turn["pad_tokens"]))
     assert len(spans) >= NUMBER
     spans.sort()
-    assert all(a_end <= b_start for (_a, a_end), (b_start, _b) in zip(spans, spans[1:]))
+    assert all(a_end <= b_start for (_a, a_end), (b_start, _b) in itertools.pairwise(spans))
 
 
 def test_metadata_and_prompt_tokens_match_the_original(builds, tok):
@@ -170,7 +171,7 @@ def test_metadata_and_prompt_tokens_match_the_original(builds, tok):
     for conversation in data["conversations"]:
         expected = len(tokenize_chat_messages(hf, conversation[0]["messages"]))
         assert conversation[0]["prompt_tokens"] == expected
-        for prev, turn in zip(conversation, conversation[1:]):
+        for prev, turn in itertools.pairwise(conversation):
             assert turn["prompt_tokens"] == prev["prompt_tokens"] + S + 220
     random_meta = json.loads(builds["synthetic-random"].path.read_text())["metadata"]
     assert random_meta["pad_source"] == "random" and random_meta["pad_dataset_name"] is None

@@ -83,7 +83,7 @@ def test_blog_sweep_reuse_arithmetic():
     assert point_offsets(52, BLOG_NUMBERS) == [52, 56, 72, 104, 152]
     report = reuse_report(128, 52, BLOG_NUMBERS)
     points = report["points"]
-    assert points[3]["conversations"] == list(range(104, 128)) + list(range(0, 24))
+    assert points[3]["conversations"] == list(range(104, 128)) + list(range(24))
     assert points[4]["conversations"] == list(range(64))
     assert points[4]["rotated"] is False
     assert len(points[4]["reused"]) == 36
