@@ -13,6 +13,7 @@ from pathlib import Path
 from harness.errors import ConfigError
 from harness.paths import cache_dir
 from harness.tiny.cache import ensure_entry
+from harness.tiny.models import MODEL_NAMES, ensure_model
 from harness.tiny.tokenizer import build_tokenizer, provenance
 
 __all__ = [
@@ -58,7 +59,3 @@ def resolve_model(spec: str, python: Path) -> str:
     if spec.startswith(TINY_PREFIX):
         return str(ensure_model(spec[len(TINY_PREFIX) :], python))
     return spec
-
-
-# Imported last: models.py imports ensure_tokenizer from this module lazily.
-from harness.tiny.models import MODEL_NAMES, ensure_model
