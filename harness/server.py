@@ -21,7 +21,6 @@ import sys
 import tempfile
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -39,7 +38,7 @@ __all__ = ["AttachedServer", "VllmServer", "host_facts", "serve_until_signalled"
 POLL_S = 0.5
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 OFFLOAD_MMAP_GLOB = "/dev/shm/vllm_offload_*.mmap"
-_LIVE: weakref.WeakSet[VllmServer] = weakref.WeakSet()
+_LIVE: set[VllmServer] = set()  # strong refs: a dropped server object must still be stopped
 
 
 def _http() -> requests.Session:

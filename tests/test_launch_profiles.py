@@ -242,11 +242,8 @@ def test_cli_errors_exit_2_with_message(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "profiles", "show", str(path)],
-                          capture_output=True, text=True, check=False)
-    if "No module named harness.cli.__main__" in proc.stderr:
-        proc = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()",
-                               "profiles", "show", str(path)], capture_output=True, text=True,
-                              check=False)
+    proc = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()",
+                           "profiles", "show", str(path)], capture_output=True, text=True,
+                          check=False)
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and "serve.tensor-parallel-size" in proc.stderr
