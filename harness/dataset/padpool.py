@@ -18,7 +18,7 @@ from harness.dataset.tok import TokenizerHandle
 # R1 markup replaced by a space before encoding (recipe.md §6.4 step 1).
 _THINK = re.compile(r"<\s*/?\s*think\s*>", re.IGNORECASE)
 _CONTROL = re.compile(r"<\|[^|\n]{0,64}\|>|<｜[^｜\n]{0,64}｜>")
-_ENCODE_BATCH_DOCS = 256
+_ENCODE_BATCH_DOCS = 64
 
 
 def strip_markup(text: str) -> str:
@@ -49,10 +49,12 @@ class PadPool:
         total = 0
         batch: list[str] = []
         batch_chars = 0
+        encoded_chars = 0
         control = tok.control_ids
 
         def flush() -> None:
-            nonlocal total
+            nonlocal total, encoded_chars
+            encoded_chars += sum(len(text) for text in batch)
             for ids in tok.encode(batch):
                 keep = ~np.isin(ids, control)
                 removed = int(len(ids) - keep.sum())
@@ -79,8 +81,12 @@ class PadPool:
             batch.append(" " + cleaned)
             batch_chars += len(cleaned) + 1
             self.documents += 1
-            # ~3 chars per token: stop batching once the batch likely covers what is missing.
-            if len(batch) >= _ENCODE_BATCH_DOCS or total + batch_chars // 3 > target_tokens:
+            # Stop batching once the batch likely covers what is missing (chars per token as
+            # measured so far), so that little more than the target is ever encoded.
+            chars_per_token = encoded_chars / total if total else 3.0
+            if len(batch) >= _ENCODE_BATCH_DOCS or (
+                total + batch_chars / chars_per_token >= target_tokens
+            ):
                 flush()
                 batch_chars = 0
         if batch:

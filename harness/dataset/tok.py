@@ -323,6 +323,12 @@ class TokenizerHandle:
 
         if not self.chat_template:
             raise DatasetError(f"tokenizer {self.spec!r} has no chat template")
+        try:  # transformers' own environment (generation tags, strftime_now, ...) when present
+            from transformers.utils.chat_template_utils import _compile_jinja_template
+
+            return _compile_jinja_template(self.chat_template)
+        except ImportError:
+            pass
 
         def raise_exception(message: str) -> None:
             raise jinja2.exceptions.TemplateError(message)
