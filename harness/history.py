@@ -79,6 +79,9 @@ _VOLATILE_HINTS = ("free", "avail", "used", "util", "temp", "load", "uptime", "t
                    "hostname", "node", "boot", "clock", "power", "fan")
 
 
+_NEUTRAL_OVERRIDES = ("build=", "port=", "host=")
+
+
 def default_history_path() -> Path:
     override = os.environ.get("REPRO_HISTORY")
     return Path(override).expanduser() if override else results_dir() / "history.sqlite"
@@ -98,8 +101,10 @@ def history_key(manifest_data: dict[str, Any], *, include_overrides: bool = True
     """The run's series. ``include_overrides=False`` (the nightly's --set) treats overrides as
     part of the candidate under test, like the build, and keys the run as its plain profile."""
     profile = manifest_data.get("profile_name", "?")
-    # A build= override is how the nightly swaps builds: the build is what history watches.
-    overrides = [o for o in manifest_data.get("overrides") or [] if not o.startswith("build=")]
+    # build= is how the nightly swaps builds (the build is what history watches); port= and
+    # host= only say where the server listens.
+    overrides = [o for o in manifest_data.get("overrides") or []
+                 if not o.startswith(_NEUTRAL_OVERRIDES)]
     if not include_overrides:
         overrides = []
     if overrides:

@@ -40,7 +40,10 @@ def nights(tmp_path_factory: pytest.TempPathFactory) -> dict:
            "REPRO_RESULTS": str(root / "results"), "REPRO_DASHBOARDS": str(root / "dashboards"),
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     out: dict = {"env": env, "root": root}
-    for night, extra in (("first", ()), ("rerun", ()), ("degraded", DEGRADE)):
+    from harness.server import free_port
+
+    port = ("--set", f"port={free_port()}")  # where the server listens: not part of the series
+    for night, extra in (("first", port), ("rerun", port), ("degraded", (*port, *DEGRADE))):
         summary = root / f"{night}.md"
         proc = _repro(env, "nightly", "--profiles", "cpu-tiny", "--build", "cpu-0.32.0",
                       "--out", str(root / "results"), "--summary", str(summary), *extra)
