@@ -52,6 +52,7 @@ def test_keys_split_profile_overrides_workload_and_hardware(tmp_path: Path):
             "a": {}, "b": {}, "sha": {"sha": "e" * 64}, "prof": {"profile": "offload512"},
             "set": {"overrides": ["serve.max-num-seqs=2"]},
             "build": {"overrides": ["build=nightly@" + "a" * 40]},
+            "port": {"overrides": ["port=18799"]},
         }.items()
     }
     keys = {name: history_key(m) for name, m in manifests.items()}
@@ -59,6 +60,9 @@ def test_keys_split_profile_overrides_workload_and_hardware(tmp_path: Path):
     assert keys["a"].startswith("hisparse384/wl-")
     assert len({keys["a"], keys["sha"], keys["prof"], keys["set"]}) == 4
     assert keys["build"] == keys["a"]  # the build is what history watches, not part of the key
+    assert keys["port"] == keys["a"]  # where the server listens does not change the series
+    nightly_key = history_key(manifests["set"], include_overrides=False)
+    assert nightly_key == keys["a"]  # the nightly's --set is part of the candidate
     host = {"cpu_model": "Xeon", "cpu_count": 2, "mem_available_gib": 3.1, "hostname": "n1"}
     same_box = {**host, "mem_available_gib": 9.9, "hostname": "n2"}
     assert hardware_fingerprint(host) == hardware_fingerprint(same_box)
