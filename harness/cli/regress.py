@@ -192,9 +192,14 @@ def history_reject(ref: str, reason: str, history_path: Path | None) -> None:
               help="Build for every arm, e.g. nightly@latest (resolved to a commit first) or "
                    "cpu-0.32.0.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Profile override for every arm (repeatable), as in `repro sweep --set`.")
-@click.option("--claims", "claims_path", type=click.Path(path_type=Path), help="Claims file.")
-@click.option("--policy", type=click.Path(path_type=Path), help="Policy file.")
+              help="Profile override for every arm (repeatable), as in `repro sweep --set`; "
+                   "part of the candidate, like the build: judged against the plain profile's "
+                   "history (e.g. a deliberately degraded server).")
+@click.option("--claims", "claims_path", type=click.Path(path_type=Path),
+              help="Claims file (default: launch/claims/cpu-tiny.yaml for CPU arms, "
+                   "glm53-blog.yaml for GPU arms).")
+@click.option("--policy", type=click.Path(path_type=Path),
+              help="Policy file (default: launch/policies/cpu.yaml or default.yaml per arm).")
 @click.option("--out", type=click.Path(path_type=Path), help="Parent of the run directories.")
 @click.option("--summary", "summary_path", type=click.Path(path_type=Path),
               help="Markdown summary path (default OUT/nightly-STAMP.md; also appended to "
