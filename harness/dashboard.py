@@ -516,6 +516,10 @@ def render_report(runs: Sequence[Run], *, baseline_index: int = 0, title: str | 
 
     invalid = [{"run": s.name, "point": p.label, "reasons": "; ".join(p.invalid_reasons)}
                for s in series for p in s.points if not p.valid]
+    invalid += [{"run": s.name, "point": p.label,
+                 "reasons": "left out of the median (other repeats valid): "
+                            + "; ".join(p.excluded)}
+                for s in series for p in s.points if p.excluded]
     unc = published_data.get("uncertainty", {})
     published = {
         "title": published_data.get("title", ""),

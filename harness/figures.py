@@ -88,6 +88,7 @@ class SeriesPoint:
     valid: bool = True
     invalid_reasons: list[str] = field(default_factory=list)
     point_ids: list[str] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)  # invalid repeats left out of the median
 
 
 @dataclass
@@ -133,7 +134,9 @@ def reduce_repeats(records: Sequence[PointRecord]) -> SeriesPoint:
             ci[key] = (low, high)
     reasons: list[str] = []
     for r in records:
-        for reason in r.invalid_reasons or (["invalid"] if not r.valid else []):
+        if r.valid:
+            continue
+        for reason in r.invalid_reasons or ["invalid"]:
             text = f"{r.point_id}: {reason}" if len(records) > 1 else reason
             if text not in reasons:
                 reasons.append(text)
@@ -146,6 +149,7 @@ def reduce_repeats(records: Sequence[PointRecord]) -> SeriesPoint:
         repeats=len(used),
         valid=bool(valid),
         invalid_reasons=[] if valid else reasons,
+        excluded=reasons if valid else [],
         point_ids=[r.point_id for r in records],
     )
 
@@ -369,6 +373,8 @@ def _hover(point: SeriesPoint, series: Series, xk: str, yk: str) -> str:
         lines.append(f"median of {point.repeats} repeats, 95% CI in brackets")
     if not point.valid:
         lines.append("INVALID: " + _escape("; ".join(point.invalid_reasons)))
+    if point.excluded:
+        lines.append("excluded repeats: " + _escape("; ".join(point.excluded)))
     return "<br>".join(lines)
 
 

@@ -190,6 +190,17 @@ def test_cli_report_by_run_id(pair, tmp_path: Path, monkeypatch) -> None:
     assert bad.exit_code != 0 and "give --out a .html file name" in str(bad.exception)
 
 
+def test_invalid_repeat_is_named_in_the_banner(tmp_path: Path) -> None:
+    pts = [{"parallel": 1, "number": 2, "repeat": r, "interactivity": 10.0 + r,
+            "throughput_per_gpu": 100.0, "occupancy": 1.0} for r in range(3)]
+    pts[1].update(valid=False, invalid_reasons=["2 requests failed"])
+    run = write_run(tmp_path / "r", "rep", pts)
+    html = " ".join(write_report([run], out=tmp_path / "r.html").read_text().split())
+    assert ("rep (hisparse384) · c1: left out of the median (other repeats valid): "
+            "p001-n0002-r1: 2 requests failed") in html
+    assert "2 repeats" in html
+
+
 def test_workload_mismatch_is_warned(tmp_path: Path) -> None:
     a = write_run(tmp_path / "a", "a", published_points(0), workload_key="k1")
     b = write_run(tmp_path / "b", "b", published_points(0), workload_key="k2")

@@ -242,6 +242,21 @@ def test_repeats_are_medians_with_ci_error_bars(tmp_path: Path) -> None:
     assert list(points.error_y.array) == pytest.approx([30.0, 0.0])
     assert list(points.error_y.arrayminus) == pytest.approx([10.0, 0.0])
     assert second.ci == {}
+    assert first.excluded == [] and first.valid
+
+
+def test_invalid_repeat_is_left_out_of_the_median_but_named(tmp_path: Path) -> None:
+    pts = [{"parallel": 1, "number": 2, "repeat": r, "interactivity": x,
+            "throughput_per_gpu": 100.0} for r, x in enumerate([10.0, 12.0, 500.0])]
+    pts[2].update(valid=False, invalid_reasons=["server restarted"])
+    [point] = series_points(load_run(write_run(tmp_path / "r", "r", pts)))
+    assert point.valid and point.repeats == 2
+    assert point.values["interactivity"] == 11.0  # the invalid 500 does not move the median
+    assert point.excluded == ["p001-n0002-r2: server restarted"]
+    pts[0]["valid"] = pts[1]["valid"] = False
+    [point] = series_points(load_run(write_run(tmp_path / "s", "s", pts)))
+    assert not point.valid and point.repeats == 3 and point.excluded == []
+    assert "p001-n0002-r2: server restarted" in point.invalid_reasons
 
 
 def test_invalid_points_are_flagged_and_off_the_lines(tmp_path: Path) -> None:
