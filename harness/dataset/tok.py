@@ -323,12 +323,6 @@ class TokenizerHandle:
 
         if not self.chat_template:
             raise DatasetError(f"tokenizer {self.spec!r} has no chat template")
-        try:  # transformers' own environment (generation tags, strftime_now, ...) when present
-            from transformers.utils.chat_template_utils import _compile_jinja_template
-
-            return _compile_jinja_template(self.chat_template)
-        except ImportError:
-            pass
 
         def raise_exception(message: str) -> None:
             raise jinja2.exceptions.TemplateError(message)
@@ -341,7 +335,13 @@ class TokenizerHandle:
         )
         env.filters["tojson"] = tojson
         env.globals["raise_exception"] = raise_exception
-        return env.from_string(self.chat_template)
+        try:
+            return env.from_string(self.chat_template)
+        except jinja2.exceptions.TemplateSyntaxError:
+            # e.g. `{% generation %}` tags: use transformers' own environment (slower import)
+            from transformers.utils.chat_template_utils import _compile_jinja_template
+
+            return _compile_jinja_template(self.chat_template)
 
     def _special_token_text(self, key: str) -> str | None:
         value = self.config.get(key)
