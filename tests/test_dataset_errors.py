@@ -137,3 +137,22 @@ def test_failed_check_leaves_no_file(tmp_path, tok, monkeypatch):
         build_dataset(_recipe(), out, tokenizer=tok)
     assert not out.exists() and not Path(str(out) + ".manifest.json").exists()
     assert not list(tmp_path.iterdir())
+
+
+def test_parquet_and_jsonl_sources_give_the_same_dataset(tmp_path, tok):
+    """Raw nebius-shaped rows (nested trajectory structs) read the same from parquet and JSONL."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from harness.dataset import synthetic
+
+    rows = [synthetic.trajectory(9, i) for i in range(4)]
+    jsonl = tmp_path / "rows.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    parquet = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), parquet)
+    a = build_dataset(_recipe(trajectories=str(jsonl)), tmp_path / "a.json", tokenizer=tok)
+    b = build_dataset(_recipe(trajectories=str(parquet)), tmp_path / "b.json", tokenizer=tok)
+    conv_a = json.loads(a.path.read_text())["conversations"]
+    conv_b = json.loads(b.path.read_text())["conversations"]
+    assert conv_a == conv_b
