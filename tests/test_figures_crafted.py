@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from harness.figures import (
+    PUBLISHED_FILE,
     load_published,
     pareto_figure,
     run_title,
@@ -289,3 +291,18 @@ def test_series_names_are_escaped_for_plotly(tmp_path: Path) -> None:
     points = traces_by_role(fig, "points")[0]
     assert points.name.startswith("&lt;b&gt;bold&lt;/b&gt;")
     assert "<b>bold</b>" not in fig.layout.title.text
+
+
+def test_published_file_is_validated_strictly(tmp_path: Path) -> None:
+    from harness.errors import ConfigError
+
+    good = yaml.safe_load(PUBLISHED_FILE.read_text(encoding="utf-8"))
+    good["series"][1]["points"][0]["interactivty"] = 1.0  # typo
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(good), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"bad.yaml: series\[1\].points\[0\]: unknown key.*"
+                                          r"interactivty"):
+        load_published(bad)
+    data, series = load_published()
+    assert data["uncertainty"]["interactivity"] == 0.005
+    assert [s.build for s in series] == ["e8ef1e07bd", "80cb71c9ff"]
