@@ -18,8 +18,13 @@ import sys
 import time
 from pathlib import Path
 
-BLOG = {"first_turn_length": 74160, "subsequent_turn_length": 753, "num_turns": 13,
-        "number": 128, "seed": 42}
+BLOG = {
+    "first_turn_length": 74160,
+    "subsequent_turn_length": 753,
+    "num_turns": 13,
+    "number": 128,
+    "seed": 42,
+}
 PAD_DOCS_TOKENS = 12_500_000
 
 
@@ -54,16 +59,28 @@ def _child(args: argparse.Namespace) -> None:
     from harness.dataset.tok import TokenizerHandle
 
     tok = TokenizerHandle(args.tokenizer)  # loading is not part of the build proper
-    recipe = make_recipe({
-        **BLOG, "tokenizer": args.tokenizer, "trajectories": args.trajectories,
-        "pad_source": args.pad_source, "pad_text": args.pad_text,
-    })
+    recipe = make_recipe(
+        {
+            **BLOG,
+            "tokenizer": args.tokenizer,
+            "trajectories": args.trajectories,
+            "pad_source": args.pad_source,
+            "pad_text": args.pad_text,
+        }
+    )
     started = time.perf_counter()
     result = build_dataset(recipe, Path(args.output), tokenizer=tok)
     wall = time.perf_counter() - started
-    print(json.dumps({"wall_s": wall, "manifest": {
-        k: result.manifest[k] for k in ("exactness", "timings_s", "totals", "pad")
-    }}))
+    print(
+        json.dumps(
+            {
+                "wall_s": wall,
+                "manifest": {
+                    k: result.manifest[k] for k in ("exactness", "timings_s", "totals", "pad")
+                },
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -90,9 +107,19 @@ def main() -> None:
     print(f"cores: {os.cpu_count()}, load average before: {os.getloadavg()}")
     for pad_source in args.pad_source:
         command = [
-            sys.executable, __file__, "--child", "--tokenizer", args.tokenizer,
-            "--pad-source", pad_source, "--trajectories", str(trajectories),
-            "--pad-text", str(pad), "--output", str(work / f"blog-{pad_source}.json"),
+            sys.executable,
+            __file__,
+            "--child",
+            "--tokenizer",
+            args.tokenizer,
+            "--pad-source",
+            pad_source,
+            "--trajectories",
+            str(trajectories),
+            "--pad-text",
+            str(pad),
+            "--output",
+            str(work / f"blog-{pad_source}.json"),
         ]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         stdout = process.stdout.read() if process.stdout else ""

@@ -21,10 +21,19 @@ F, S, N, NUMBER = 600, 40, 4, 6
 
 # Real messages whose ends and starts stress the real|pad seam and decode/re-encode round trips.
 AWKWARD_ENDINGS = [
-    "ends with a newline\n", "ends with spaces   ", "ends mid-identifier foo_ba",
-    "ends with unicode é", "日本語のテキストで終わる", "emoji at the end 🙂",
-    "a literal special token <|im_end|>", "tabs\t\t", "digits 1234567", "punctuation?!...",
-    "  leading and trailing  ", "\n\nnewlines first", "x",
+    "ends with a newline\n",
+    "ends with spaces   ",
+    "ends mid-identifier foo_ba",
+    "ends with unicode é",
+    "日本語のテキストで終わる",
+    "emoji at the end 🙂",
+    "a literal special token <|im_end|>",
+    "tabs\t\t",
+    "digits 1234567",
+    "punctuation?!...",
+    "  leading and trailing  ",
+    "\n\nnewlines first",
+    "x",
 ]
 
 
@@ -45,7 +54,9 @@ def awkward_sources(tmp_path_factory) -> tuple[Path, Path]:
     rows = []
     for i in range(NUMBER + 2):
         trajectory = [{"role": "system", "content": "ignored system prompt"}]
-        first = f"Task {i}: " + " ".join(f"word{j}" for j in range(40 + 90 * i)) + AWKWARD_ENDINGS[i]
+        first = (
+            f"Task {i}: " + " ".join(f"word{j}" for j in range(40 + 90 * i)) + AWKWARD_ENDINGS[i]
+        )
         trajectory.append({"role": "user", "content": [{"type": "text", "text": first}]})
         for j in range(N + 1):
             ending = AWKWARD_ENDINGS[(i + j) % len(AWKWARD_ENDINGS)]
@@ -56,8 +67,10 @@ def awkward_sources(tmp_path_factory) -> tuple[Path, Path]:
     trajectories = root / "trajectories.jsonl"
     trajectories.write_text("".join(json.dumps(r) + "\n" for r in rows))
     pad_rows = [
-        {"output": f"<think>\nreasoning {k}: if a < b then think > c; naïve café {k}\n</think>\n"
-                   f"<|im_start|> stray control text 答案 {k}. " + "step " * (50 + 30 * k)}
+        {
+            "output": f"<think>\nreasoning {k}: if a < b then think > c; naïve café {k}\n</think>\n"
+            f"<|im_start|> stray control text 答案 {k}. " + "step " * (50 + 30 * k)
+        }
         for k in range(80)
     ]
     pad = root / "pad.jsonl"
@@ -67,8 +80,14 @@ def awkward_sources(tmp_path_factory) -> tuple[Path, Path]:
 
 def _recipe(**fields):
     base = {
-        "tokenizer": "tiny:tokenizer", "trajectories": "synthetic", "pad_source": "random",
-        "first_turn_length": F, "subsequent_turn_length": S, "num_turns": N, "number": NUMBER, "seed": 7,
+        "tokenizer": "tiny:tokenizer",
+        "trajectories": "synthetic",
+        "pad_source": "random",
+        "first_turn_length": F,
+        "subsequent_turn_length": S,
+        "num_turns": N,
+        "number": NUMBER,
+        "seed": 7,
     }
     base.update(fields)
     return make_recipe(base)
@@ -81,8 +100,9 @@ def builds(tmp_path_factory, tok, awkward_sources):
     recipes = {
         "synthetic-random": _recipe(),
         "synthetic-pool": _recipe(pad_source="openscience", pad_text="synthetic"),
-        "awkward-pool": _recipe(trajectories=str(trajectories), pad_source="openscience",
-                                pad_text=str(pad)),
+        "awkward-pool": _recipe(
+            trajectories=str(trajectories), pad_source="openscience", pad_text=str(pad)
+        ),
         "awkward-random": _recipe(trajectories=str(trajectories)),
     }
     return {
@@ -91,7 +111,9 @@ def builds(tmp_path_factory, tok, awkward_sources):
     }
 
 
-@pytest.mark.parametrize("name", ["synthetic-random", "synthetic-pool", "awkward-pool", "awkward-random"])
+@pytest.mark.parametrize(
+    "name", ["synthetic-random", "synthetic-pool", "awkward-pool", "awkward-random"]
+)
 def test_every_turn_is_exact_under_independent_recount(builds, raw_tokenizer, name):
     data = json.loads(builds[name].path.read_text())
     assert len(data["conversations"]) == NUMBER
@@ -162,10 +184,17 @@ def test_metadata_and_prompt_tokens_match_the_original(builds, tok):
     assert list(data) == ["metadata", "conversations"]
     meta = data["metadata"]
     assert meta == {
-        "model_path": "tiny:tokenizer", "dataset_name": meta["dataset_name"], "split": "train",
-        "only_resolved": False, "padded": True, "pad_source": "openscience",
-        "pad_dataset_name": meta["pad_dataset_name"], "first_turn_length": F,
-        "subsequent_turn_length": S, "num_turns": N, "num_conversations": NUMBER,
+        "model_path": "tiny:tokenizer",
+        "dataset_name": meta["dataset_name"],
+        "split": "train",
+        "only_resolved": False,
+        "padded": True,
+        "pad_source": "openscience",
+        "pad_dataset_name": meta["pad_dataset_name"],
+        "first_turn_length": F,
+        "subsequent_turn_length": S,
+        "num_turns": N,
+        "num_conversations": NUMBER,
     }
     assert meta["dataset_name"].endswith("trajectories.jsonl")
     for conversation in data["conversations"]:
@@ -198,8 +227,11 @@ def test_templated_counts_match_transformers_for_every_turn(builds, tok):
 
 
 def test_same_inputs_give_identical_bytes(tmp_path, tok, builds):
-    again = build_dataset(_recipe(pad_source="openscience", pad_text="synthetic"),
-                          tmp_path / "again.json", tokenizer=tok)
+    again = build_dataset(
+        _recipe(pad_source="openscience", pad_text="synthetic"),
+        tmp_path / "again.json",
+        tokenizer=tok,
+    )
     first = builds["synthetic-pool"]
     assert again.path.read_bytes() == first.path.read_bytes()
     assert again.sha256 == first.sha256 == hashlib.sha256(first.path.read_bytes()).hexdigest()
@@ -213,12 +245,19 @@ def test_manifest_records_provenance(builds, tok, awkward_sources):
     assert result.manifest_path.name == "awkward-pool.json.manifest.json"
     assert manifest["output"]["sha256"] == hashlib.sha256(result.path.read_bytes()).hexdigest()
     assert manifest["tokenizer"]["sha256"] == tok.sha256
-    assert manifest["tokenizer"]["files_sha256"]["tokenizer.json"] == hashlib.sha256(
-        (tok.path / "tokenizer.json").read_bytes()).hexdigest()
+    assert (
+        manifest["tokenizer"]["files_sha256"]["tokenizer.json"]
+        == hashlib.sha256((tok.path / "tokenizer.json").read_bytes()).hexdigest()
+    )
     trajectories, pad = awkward_sources
-    assert manifest["sources"]["trajectories"]["files"][str(trajectories)] == hashlib.sha256(
-        trajectories.read_bytes()).hexdigest()
-    assert manifest["sources"]["pad"]["files"][str(pad)] == hashlib.sha256(pad.read_bytes()).hexdigest()
+    assert (
+        manifest["sources"]["trajectories"]["files"][str(trajectories)]
+        == hashlib.sha256(trajectories.read_bytes()).hexdigest()
+    )
+    assert (
+        manifest["sources"]["pad"]["files"][str(pad)]
+        == hashlib.sha256(pad.read_bytes()).hexdigest()
+    )
     assert manifest["recipe"]["first_turn_length"] == F
     assert len(manifest["conversations"]) == NUMBER
     assert all(len(c["turns"]) == N for c in manifest["conversations"])
@@ -232,9 +271,17 @@ def test_loads_through_evalscope_swe_smith_loader(builds, tmp_path):
     path = builds["synthetic-pool"].path
     data = json.loads(path.read_text())
     for offset in (0, 2, NUMBER + 3):
-        args = Arguments(model="m", url="http://127.0.0.1:9/v1/chat/completions", api="openai",
-                         dataset="swe_smith", dataset_path=str(path), dataset_offset=offset,
-                         multi_turn=True, number=NUMBER, parallel=1)
+        args = Arguments(
+            model="m",
+            url="http://127.0.0.1:9/v1/chat/completions",
+            api="openai",
+            dataset="swe_smith",
+            dataset_path=str(path),
+            dataset_offset=offset,
+            multi_turn=True,
+            number=NUMBER,
+            parallel=1,
+        )
         loaded = list(SweSmithDatasetPlugin(args).build_messages())
         order = list(range(NUMBER))
         if 0 < offset < NUMBER:
@@ -272,8 +319,10 @@ def unsplit_tokenizer(tmp_path_factory, tok) -> Path:
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=600, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=600,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tokenizer.train_from_iterator(
         [synthetic.pad_document(1, i)["output"][:2000] for i in range(200)], trainer
@@ -295,6 +344,8 @@ def test_seams_are_repaired_on_a_tokenizer_without_pre_token_boundaries(
     raw = Tokenizer.from_file(str(unsplit_tokenizer / "tokenizer.json"))
     for conversation in json.loads(result.path.read_text())["conversations"]:
         for index, turn in enumerate(conversation):
-            total = sum(len(raw.encode(m["content"], add_special_tokens=False).ids)
-                        for m in turn["messages"])
+            total = sum(
+                len(raw.encode(m["content"], add_special_tokens=False).ids)
+                for m in turn["messages"]
+            )
             assert total == (F if index == 0 else S)

@@ -19,8 +19,15 @@ def tok() -> TokenizerHandle:
 
 
 def _recipe(**fields):
-    base = {"tokenizer": "tiny:tokenizer", "trajectories": "synthetic", "pad_source": "random",
-                "first_turn_length": 300, "subsequent_turn_length": 20, "num_turns": 3, "number": 3}
+    base = {
+        "tokenizer": "tiny:tokenizer",
+        "trajectories": "synthetic",
+        "pad_source": "random",
+        "first_turn_length": 300,
+        "subsequent_turn_length": 20,
+        "num_turns": 3,
+        "number": 3,
+    }
     base.update(fields)
     return make_recipe(base)
 
@@ -45,21 +52,38 @@ def test_invalid_values_are_named(tmp_path):
 def test_shipped_recipes_validate():
     blog = load_recipe("openhands-glm53")
     assert (blog.first_turn_length, blog.subsequent_turn_length, blog.num_turns, blog.number) == (
-        74160, 753, 13, 128)
+        74160,
+        753,
+        13,
+        128,
+    )
     assert blog.trajectories_revision == "35455389ab51bf5e2306bfd436ef72d0f98bf882"
     assert blog.pad_revision == "174b02c9cdf231f220765b2a1d5ece4550921894"
     assert blog.tokenizer == "zai-org/GLM-5.3" and blog.pad_budget() == 10_649_088
     tiny = load_recipe("cpu-tiny")
-    assert (tiny.tokenizer, tiny.trajectories, tiny.pad_source) == ("tiny:tokenizer", "synthetic", "random")
-    assert (tiny.first_turn_length, tiny.subsequent_turn_length, tiny.num_turns, tiny.number,
-            tiny.seed) == (512, 48, 4, 32, 42)
+    assert (tiny.tokenizer, tiny.trajectories, tiny.pad_source) == (
+        "tiny:tokenizer",
+        "synthetic",
+        "random",
+    )
+    assert (
+        tiny.first_turn_length,
+        tiny.subsequent_turn_length,
+        tiny.num_turns,
+        tiny.number,
+        tiny.seed,
+    ) == (512, 48, 4, 32, 42)
     load_recipe("openhands-offline")
 
 
 def test_empty_trajectories(tmp_path, tok):
     path = tmp_path / "empty.jsonl"
-    rows = [{"trajectory": []}, {"trajectory": [{"role": "assistant", "content": "hi"}]},
-            {"trajectory": [{"role": "user", "content": ""}]}, {"no_trajectory": 1}]
+    rows = [
+        {"trajectory": []},
+        {"trajectory": [{"role": "assistant", "content": "hi"}]},
+        {"trajectory": [{"role": "user", "content": ""}]},
+        {"no_trajectory": 1},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out.json"
     with pytest.raises(DatasetError, match=r"only 0 usable conversations in 4 rows \(4 empty"):
@@ -69,14 +93,20 @@ def test_empty_trajectories(tmp_path, tok):
 
 def test_only_resolved_filter_counts_unresolved(tmp_path, tok):
     path = tmp_path / "t.jsonl"
-    rows = [{"trajectory": [{"role": "user", "content": f"task {i}"}], "resolved": i % 2}
-            for i in range(5)]
+    rows = [
+        {"trajectory": [{"role": "user", "content": f"task {i}"}], "resolved": i % 2}
+        for i in range(5)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(DatasetError, match="3 unresolved"):
-        build_dataset(_recipe(trajectories=str(path), only_resolved=True), tmp_path / "o.json",
-                      tokenizer=tok)
-    result = build_dataset(_recipe(trajectories=str(path), only_resolved=True, number=2),
-                           tmp_path / "o.json", tokenizer=tok)
+        build_dataset(
+            _recipe(trajectories=str(path), only_resolved=True), tmp_path / "o.json", tokenizer=tok
+        )
+    result = build_dataset(
+        _recipe(trajectories=str(path), only_resolved=True, number=2),
+        tmp_path / "o.json",
+        tokenizer=tok,
+    )
     data = json.loads(result.path.read_text())
     assert [c[0]["messages"][1]["content"] for c in data["conversations"]] == ["task 1", "task 3"]
 
@@ -96,15 +126,17 @@ def test_missing_source_and_field(tmp_path, tok):
     pad = tmp_path / "pad.jsonl"
     pad.write_text(json.dumps({"text": "no output field"}) + "\n")
     with pytest.raises(DatasetError, match="no field 'output'"):
-        build_dataset(_recipe(pad_source="openscience", pad_text=str(pad)), tmp_path / "o.json",
-                      tokenizer=tok)
+        build_dataset(
+            _recipe(pad_source="openscience", pad_text=str(pad)), tmp_path / "o.json", tokenizer=tok
+        )
 
 
 def test_exhausted_pad_pool_falls_back_to_random_and_reports_it(tmp_path, tok):
     pad = tmp_path / "pad.jsonl"
     pad.write_text(json.dumps({"output": "A short reasoning trace about entropy. " * 20}) + "\n")
-    result = build_dataset(_recipe(pad_source="openscience", pad_text=str(pad)),
-                           tmp_path / "o.json", tokenizer=tok)
+    result = build_dataset(
+        _recipe(pad_source="openscience", pad_text=str(pad)), tmp_path / "o.json", tokenizer=tok
+    )
     pad_info = result.manifest["pad"]
     assert pad_info["random_fallbacks"] > 0
     assert pad_info["pool_tokens"] < pad_info["needed_tokens"]

@@ -25,9 +25,13 @@ def think_tok(tmp_path_factory, tok) -> TokenizerHandle:
     """The tiny tokenizer plus `<think>`/`</think>` as single special tokens (as in R1/GLM)."""
     out = tmp_path_factory.mktemp("think-tokenizer")
     backend = Tokenizer.from_file(str(tok.path / "tokenizer.json"))
-    backend.add_special_tokens([AddedToken("<think>", special=True),
-                                AddedToken("</think>", special=True),
-                                AddedToken("[CTRL]", special=True)])
+    backend.add_special_tokens(
+        [
+            AddedToken("<think>", special=True),
+            AddedToken("</think>", special=True),
+            AddedToken("[CTRL]", special=True),
+        ]
+    )
     backend.save(str(out / "tokenizer.json"))
     shutil.copy(tok.path / "tokenizer_config.json", out / "tokenizer_config.json")
     return TokenizerHandle(str(out))
@@ -135,7 +139,9 @@ def test_pool_reads_text_field_from_local_jsonl(tmp_path, tok):
     from harness.dataset.sources import Source, iter_pad_texts
 
     path = tmp_path / "pad.jsonl"
-    path.write_text("".join(json.dumps({"output": f"text {i} " * 50, "x": 1}) + "\n" for i in range(5)))
+    path.write_text(
+        "".join(json.dumps({"output": f"text {i} " * 50, "x": 1}) + "\n" for i in range(5))
+    )
     source = Source(str(path), split="train", revision=None, role="pad text")
     pool = PadPool(tok, iter_pad_texts(source, "output"), 200)
     assert len(pool) >= 200 and pool.documents >= 1

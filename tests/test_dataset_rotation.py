@@ -54,9 +54,16 @@ def _evalscope_replays(tmp_path: Path, monkeypatch, count: int, offset: int, num
 
     dataset = _marker_dataset(tmp_path / "markers.json", count)
     args = Arguments(
-        model="m", url="http://127.0.0.1:9/v1/chat/completions", api="openai",
-        dataset="swe_smith", dataset_path=str(dataset), dataset_offset=offset, multi_turn=True,
-        number=list(numbers), parallel=[1] * len(numbers), sleep_interval=0,
+        model="m",
+        url="http://127.0.0.1:9/v1/chat/completions",
+        api="openai",
+        dataset="swe_smith",
+        dataset_path=str(dataset),
+        dataset_offset=offset,
+        multi_turn=True,
+        number=list(numbers),
+        parallel=[1] * len(numbers),
+        sleep_interval=0,
         outputs_dir=str(tmp_path / "out"),
     )
     perf_main.run_multi_benchmark(args, output_path=str(tmp_path / "out"))
@@ -88,7 +95,9 @@ def test_blog_sweep_reuse_arithmetic():
     assert points[4]["rotated"] is False
     assert len(points[4]["reused"]) == 36
     assert points[4]["reused_from"] == {
-        "0": [52, 53, 54, 55], "1": list(range(56, 64)), "3": list(range(24)),
+        "0": [52, 53, 54, 55],
+        "1": list(range(56, 64)),
+        "3": list(range(24)),
     }
     assert report["total_reused"] == 36
     assert any("reuses 36" in w for w in report["warnings"])

@@ -72,46 +72,89 @@ def dataset_group() -> None:
 
 @dataset_group.command("build")
 @click.argument("recipe", required=False)
-@click.option("--model", "--model-path", "model_path", metavar="ID|PATH",
-              help="Tokenizer source (the original's --model); same as --tokenizer.")
-@click.option("--tokenizer", "tokenizer", metavar="ID|PATH",
-              help="Tokenizer: local dir, tokenizer.json, hub id, or tiny:tokenizer.")
+@click.option(
+    "--model",
+    "--model-path",
+    "model_path",
+    metavar="ID|PATH",
+    help="Tokenizer source (the original's --model); same as --tokenizer.",
+)
+@click.option(
+    "--tokenizer",
+    "tokenizer",
+    metavar="ID|PATH",
+    help="Tokenizer: local dir, tokenizer.json, hub id, or tiny:tokenizer.",
+)
 @click.option("--tokenizer-revision", help="Hub revision of the tokenizer.")
-@click.option("--dataset-name", "dataset_name", metavar="ID|PATH",
-              help="Trajectories (the original's --dataset-name); same as --trajectories.")
-@click.option("--trajectories", metavar="ID|PATH|synthetic",
-              help="Trajectory rows: hub id, local parquet/JSONL file or dir, or 'synthetic'.")
+@click.option(
+    "--dataset-name",
+    "dataset_name",
+    metavar="ID|PATH",
+    help="Trajectories (the original's --dataset-name); same as --trajectories.",
+)
+@click.option(
+    "--trajectories",
+    metavar="ID|PATH|synthetic",
+    help="Trajectory rows: hub id, local parquet/JSONL file or dir, or 'synthetic'.",
+)
 @click.option("--trajectories-revision", help="Hub revision of the trajectories.")
 @click.option("--split", help="Trajectory split (default train).")
-@click.option("--only-resolved", is_flag=True, default=None,
-              help="Keep only rows with resolved == 1.")
+@click.option(
+    "--only-resolved", is_flag=True, default=None, help="Keep only rows with resolved == 1."
+)
 @click.option("--first-turn-length", type=int, help="Bare tokens in turn 1 (system pad + user).")
 @click.option("--subsequent-turn-length", type=int, help="Bare tokens in each later turn.")
 @click.option("--num-turns", type=int, help="Turns per conversation.")
 @click.option("--number", type=int, help="Conversations to build.")
 @click.option("--seed", type=int, help="Seed (random pad: RandomState(seed + conversation)).")
-@click.option("--pad-source", type=click.Choice(["openscience", "random"]),
-              help="Pad from a text pool (openscience) or random whole-word tokens.")
-@click.option("--pad-dataset-name", "pad_dataset_name", metavar="ID|PATH",
-              help="Pad text source (the original's option); same as --pad-text.")
-@click.option("--pad-text", metavar="ID|PATH|synthetic",
-              help="Pad text rows: hub id, local parquet/JSONL, or 'synthetic'.")
+@click.option(
+    "--pad-source",
+    type=click.Choice(["openscience", "random"]),
+    help="Pad from a text pool (openscience) or random whole-word tokens.",
+)
+@click.option(
+    "--pad-dataset-name",
+    "pad_dataset_name",
+    metavar="ID|PATH",
+    help="Pad text source (the original's option); same as --pad-text.",
+)
+@click.option(
+    "--pad-text",
+    metavar="ID|PATH|synthetic",
+    help="Pad text rows: hub id, local parquet/JSONL, or 'synthetic'.",
+)
 @click.option("--pad-revision", help="Hub revision of the pad text.")
 @click.option("--pad-split", help="Pad text split (default train).")
 @click.option("--pad-text-field", help="Pad text field (default output).")
-@click.option("--max-real-first-turn-frac", type=float,
-              help="Cap on the real share of turn 1 (default 0.5).")
+@click.option(
+    "--max-real-first-turn-frac", type=float, help="Cap on the real share of turn 1 (default 0.5)."
+)
 @click.option("--max-rows", type=int, help="Debug cap on trajectory rows scanned.")
-@click.option("--tolerance", type=int,
-              help="Largest |drift| in tokens accepted per turn after re-tokenization (default 0).")
-@click.option("--output-path", "output_path", type=click.Path(path_type=Path),
-              help="Output JSON (default: openhand-dataset.json, or <recipe>.json for a recipe)."
-                   " A sidecar <output>.manifest.json is written next to it.")
-@click.option("--fresh-for-sweep", is_flag=True,
-              help="Size --number so that every sweep point replays unused conversations.")
+@click.option(
+    "--tolerance",
+    type=int,
+    help="Largest |drift| in tokens accepted per turn after re-tokenization (default 0).",
+)
+@click.option(
+    "--output-path",
+    "output_path",
+    type=click.Path(path_type=Path),
+    help="Output JSON (default: openhand-dataset.json, or <recipe>.json for a recipe)."
+    " A sidecar <output>.manifest.json is written next to it.",
+)
+@click.option(
+    "--fresh-for-sweep",
+    is_flag=True,
+    help="Size --number so that every sweep point replays unused conversations.",
+)
 @click.option("--sweep-offset", type=int, help="Sweep start offset for --fresh-for-sweep.")
-@click.option("--sweep-numbers", cls=IntListOption, callback=_int_list, metavar="N [N ...]",
-              help="Per-point numbers for --fresh-for-sweep, e.g. 4 16 32 48 64.")
+@click.option(
+    "--sweep-numbers",
+    cls=IntListOption,
+    callback=_int_list,
+    metavar="N [N ...]",
+    help="Per-point numbers for --fresh-for-sweep, e.g. 4 16 32 48 64.",
+)
 @click.option("--profile", "profile", help="Take the sweep (offset, numbers) from this profile.")
 def build_command(recipe: str | None, **options: Any) -> None:
     """Build the padded dataset from RECIPE (name or .yaml path) and/or options.
@@ -132,23 +175,55 @@ def build_command(recipe: str | None, **options: Any) -> None:
 
 @dataset_group.command("verify")
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option("--tokenizer", "--model", "tokenizer", required=True, metavar="ID|PATH",
-              help="Tokenizer to count with (local dir, hub id, tiny:tokenizer).")
+@click.option(
+    "--tokenizer",
+    "--model",
+    "tokenizer",
+    required=True,
+    metavar="ID|PATH",
+    help="Tokenizer to count with (local dir, hub id, tiny:tokenizer).",
+)
 @click.option("--first-turn-length", type=int, help="Target for turn 1 (default: file metadata).")
-@click.option("--subsequent-turn-length", type=int,
-              help="Target for later turns (default: file metadata).")
-@click.option("--output-tokens", type=int, default=220, show_default=True,
-              help="Tokens assumed per assistant reply in templated prompt lengths.")
-@click.option("--full-template", is_flag=True,
-              help="Also render every first turn in full to cross-check templated counts.")
+@click.option(
+    "--subsequent-turn-length", type=int, help="Target for later turns (default: file metadata)."
+)
+@click.option(
+    "--output-tokens",
+    type=int,
+    default=220,
+    show_default=True,
+    help="Tokens assumed per assistant reply in templated prompt lengths.",
+)
+@click.option(
+    "--full-template",
+    is_flag=True,
+    help="Also render every first turn in full to cross-check templated counts.",
+)
 @click.option("--per-turn", is_flag=True, help="Print every conversation's every turn.")
-@click.option("--json", "json_out", type=click.Path(path_type=Path),
-              help="Write the full report as JSON here.")
-@click.option("--tolerance", type=int, default=0, show_default=True,
-              help="Exit non-zero when any turn drifts by more than this.")
-def verify_command(file: Path, tokenizer: str, first_turn_length: int | None,
-                   subsequent_turn_length: int | None, output_tokens: int, full_template: bool,
-                   per_turn: bool, json_out: Path | None, tolerance: int) -> None:
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(path_type=Path),
+    help="Write the full report as JSON here.",
+)
+@click.option(
+    "--tolerance",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Exit non-zero when any turn drifts by more than this.",
+)
+def verify_command(
+    file: Path,
+    tokenizer: str,
+    first_turn_length: int | None,
+    subsequent_turn_length: int | None,
+    output_tokens: int,
+    full_template: bool,
+    per_turn: bool,
+    json_out: Path | None,
+    tolerance: int,
+) -> None:
     """Re-tokenize FILE: per-turn bare counts, drift from the targets, templated prompt lengths."""
     from harness.dataset.tok import TokenizerHandle
     from harness.dataset.verify import summary_lines, verify_file
@@ -156,8 +231,11 @@ def verify_command(file: Path, tokenizer: str, first_turn_length: int | None,
     from harness.results import atomic_write_json
 
     report = verify_file(
-        file, TokenizerHandle(tokenizer), first_turn_length=first_turn_length,
-        subsequent_turn_length=subsequent_turn_length, output_tokens_estimate=output_tokens,
+        file,
+        TokenizerHandle(tokenizer),
+        first_turn_length=first_turn_length,
+        subsequent_turn_length=subsequent_turn_length,
+        output_tokens_estimate=output_tokens,
         full_template=full_template,
     )
     for line in summary_lines(report, per_turn=per_turn):
@@ -173,16 +251,28 @@ def verify_command(file: Path, tokenizer: str, first_turn_length: int | None,
 
 
 @dataset_group.command("plan")
-@click.option("--offset", type=int, default=52, show_default=True,
-              help="First point's --dataset-offset.")
-@click.option("--numbers", cls=IntListOption, callback=_int_list, metavar="N [N ...]",
-              help="Per-point --number values (default: the blog's 4 16 32 48 64).")
-@click.option("--conversations", type=int, default=128, show_default=True,
-              help="Conversations in the dataset.")
+@click.option(
+    "--offset", type=int, default=52, show_default=True, help="First point's --dataset-offset."
+)
+@click.option(
+    "--numbers",
+    cls=IntListOption,
+    callback=_int_list,
+    metavar="N [N ...]",
+    help="Per-point --number values (default: the blog's 4 16 32 48 64).",
+)
+@click.option(
+    "--conversations",
+    type=int,
+    default=128,
+    show_default=True,
+    help="Conversations in the dataset.",
+)
 @click.option("--profile", "profile", help="Take offset and numbers from this profile's sweep.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full plan as JSON.")
-def plan_command(offset: int, numbers: list[int] | None, conversations: int,
-                 profile: str | None, as_json: bool) -> None:
+def plan_command(
+    offset: int, numbers: list[int] | None, conversations: int, profile: str | None, as_json: bool
+) -> None:
     """Which conversations each sweep point replays (EvalScope's rotation), and reuse warnings."""
     from harness.dataset.cli_support import sweep_from_profile
     from harness.dataset.rotation import reuse_report

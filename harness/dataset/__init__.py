@@ -112,10 +112,11 @@ def ensure_dataset(spec: str, *, out_dir: Path | None = None) -> DatasetInfo:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build per key, concurrent callers wait and reuse
         if output.is_file() and manifest_path_for(output).is_file():
             info = _from_json(output)
-            if "stale" not in info.manifest and info.manifest.get("builder_version") == BUILDER_VERSION:
+            if (
+                "stale" not in info.manifest
+                and info.manifest.get("builder_version") == BUILDER_VERSION
+            ):
                 return info
         result = build_dataset(recipe, output, tokenizer=tok)
     convs = result.manifest["conversations"]
-    return DatasetInfo(
-        result.path, result.sha256, result.manifest, len(convs), recipe.num_turns
-    )
+    return DatasetInfo(result.path, result.sha256, result.manifest, len(convs), recipe.num_turns)

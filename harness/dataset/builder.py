@@ -219,11 +219,16 @@ def build_dataset(
 
     # 1. Trajectories -> user messages of the first `number` usable rows, in source order.
     trajectories = Source(
-        recipe.trajectories, split=recipe.split, revision=recipe.trajectories_revision,
-        role="trajectories", seed=recipe.seed,
+        recipe.trajectories,
+        split=recipe.split,
+        revision=recipe.trajectories_revision,
+        role="trajectories",
+        seed=recipe.seed,
     )
     conversations, scan = collect_conversations(
-        trajectories, number=recipe.number, only_resolved=recipe.only_resolved,
+        trajectories,
+        number=recipe.number,
+        only_resolved=recipe.only_resolved,
         max_rows=recipe.max_rows,
     )
     t = lap("trajectories", t)
@@ -246,17 +251,23 @@ def build_dataset(
     # 3. Pad: one pool collected for exactly what the turns need (+ margin), vended in order.
     targets = [
         (F if turn == 0 else S) - plan.real.tokens
-        for conv in plans for turn, plan in enumerate(conv)
+        for conv in plans
+        for turn, plan in enumerate(conv)
     ]
     needed = int(sum(targets))
     pool = None
     pad_provenance: dict[str, Any] = {"source": recipe.pad_source}
     if recipe.pad_source == "openscience":
         pad_src = Source(
-            recipe.pad_text, split=recipe.pad_split, revision=recipe.pad_revision, role="pad text",
+            recipe.pad_text,
+            split=recipe.pad_split,
+            revision=recipe.pad_revision,
+            role="pad text",
             seed=recipe.seed,
         )
-        pool = PadPool(tok, iter_pad_texts(pad_src, recipe.pad_text_field), needed + needed // 50 + 4096)
+        pool = PadPool(
+            tok, iter_pad_texts(pad_src, recipe.pad_text_field), needed + needed // 50 + 4096
+        )
         pad_provenance.update(pad_src.provenance(), field=recipe.pad_text_field)
     vendor = _PadVendor(tok, recipe, pool)
     for c, conv in enumerate(plans):
@@ -323,7 +334,9 @@ def build_dataset(
         plan = plans[c][turn - 1]
         drift = plan.counts["total"] - (F if turn == 1 else S)
         if abs(drift) > recipe.tolerance:
-            worst.append(f"conversation {c} turn {turn}: {plan.counts['total']} tokens ({drift:+d})")
+            worst.append(
+                f"conversation {c} turn {turn}: {plan.counts['total']} tokens ({drift:+d})"
+            )
     if worst:
         raise DatasetError(
             f"{len(worst)} turns miss their token target beyond tolerance {recipe.tolerance} "
@@ -364,7 +377,9 @@ def build_dataset(
         prompt_tokens = 0
         for turn, plan in enumerate(conv, start=1):
             prompt_tokens = templated[c * N] if turn == 1 else prompt_tokens + S + osl
-            turns_out.append({"messages": _turn_messages(turn, plan), "prompt_tokens": prompt_tokens})
+            turns_out.append(
+                {"messages": _turn_messages(turn, plan), "prompt_tokens": prompt_tokens}
+            )
             record: dict[str, Any] = {
                 "turn": turn,
                 **plan.counts,
@@ -379,13 +394,15 @@ def build_dataset(
             }
             turn_records.append(record)
         out_conversations.append(turns_out)
-        per_conversation.append({
-            "index": c,
-            "bare_tokens": sum(r["total"] for r in turn_records),
-            "first_turn_templated": templated[c * N],
-            "last_turn_templated": turn_records[-1]["templated_prompt_tokens"],
-            "turns": turn_records,
-        })
+        per_conversation.append(
+            {
+                "index": c,
+                "bare_tokens": sum(r["total"] for r in turn_records),
+                "first_turn_templated": templated[c * N],
+                "last_turn_templated": turn_records[-1]["templated_prompt_tokens"],
+                "turns": turn_records,
+            }
+        )
     metadata = {
         "model_path": recipe.tokenizer,
         "dataset_name": recipe.trajectories,
@@ -429,12 +446,16 @@ def build_dataset(
             "verify": verify_mode,
             "turns": len(flat),
             "exact_turns": sum(
-                1 for c, turn in flat
+                1
+                for c, turn in flat
                 if plans[c][turn - 1].counts["total"] == (F if turn == 1 else S)
             ),
             "drifting_before_repair": initial_drifting,
             "max_abs_drift": max(
-                (abs(plans[c][turn - 1].counts["total"] - (F if turn == 1 else S)) for c, turn in flat),
+                (
+                    abs(plans[c][turn - 1].counts["total"] - (F if turn == 1 else S))
+                    for c, turn in flat
+                ),
                 default=0,
             ),
         },
@@ -457,7 +478,8 @@ def build_dataset(
     echo(
         f"wrote {output} ({len(out_conversations)} conversations x {N} turns, {total_bare:,} bare "
         f"tokens, {manifest['exactness']['exact_turns']}/{len(flat)} turns exact, "
-        f"{len(vendor.fallbacks)} random fallbacks) in {timings['total']:.1f}s; sha256 {sha256[:16]}"
+        f"{len(vendor.fallbacks)} random fallbacks) in {timings['total']:.1f}s; "
+        f"sha256 {sha256[:16]}"
     )
     if first:
         echo(

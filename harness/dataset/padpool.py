@@ -124,7 +124,9 @@ class PadPool:
                 self.cursor = begin + target
                 text = self.tok.decode(self.ids[begin : begin + target])
                 joins = np.flatnonzero(self.joins[begin + 1 : begin + target]) + 1
-                return PadPiece(text, target, "pool", begin, self.ids[begin : begin + target], joins)
+                return PadPiece(
+                    text, target, "pool", begin, self.ids[begin : begin + target], joins
+                )
             start = stop
         self.exhausted_requests += 1
         return None

@@ -37,7 +37,9 @@ def conversations_for_point(num_conversations: int, offset: int, number: int) ->
     return [loaded[k % len(loaded)] for k in range(number)]
 
 
-def conversations_for_points(num_conversations: int, offset: int, numbers: list[int]) -> list[list[int]]:
+def conversations_for_points(
+    num_conversations: int, offset: int, numbers: list[int]
+) -> list[list[int]]:
     """The exact dataset indices each point of a sweep replays (one list per point)."""
     return [
         conversations_for_point(num_conversations, point_offset, number)
@@ -106,17 +108,19 @@ def reuse_report(num_conversations: int, offset: int, numbers: list[int]) -> dic
         for conv in reused:
             reused_from.setdefault(first_user[conv], []).append(conv)
         repeats_within = len(convs) - len(unique)
-        points.append({
-            "index": index,
-            "number": number,
-            "offset": point_offset,
-            "rotated": 0 < point_offset < num_conversations,
-            "conversations": convs,
-            "ranges": _ranges(convs),
-            "reused": reused,
-            "reused_from": {str(k): v for k, v in sorted(reused_from.items())},
-            "repeats_within": repeats_within,
-        })
+        points.append(
+            {
+                "index": index,
+                "number": number,
+                "offset": point_offset,
+                "rotated": 0 < point_offset < num_conversations,
+                "conversations": convs,
+                "ranges": _ranges(convs),
+                "reused": reused,
+                "reused_from": {str(k): v for k, v in sorted(reused_from.items())},
+                "repeats_within": repeats_within,
+            }
+        )
         total_reused += len(reused)
         if reused:
             sources = "; ".join(

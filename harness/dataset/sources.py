@@ -61,9 +61,13 @@ def _iter_file(path: Path) -> Iterator[dict[str, Any]]:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise DatasetError(f"{path}: invalid JSON: {exc}") from exc
-        rows = data if isinstance(data, list) else data.get("rows") if isinstance(data, dict) else None
+        rows = (
+            data if isinstance(data, list) else data.get("rows") if isinstance(data, dict) else None
+        )
         if not isinstance(rows, list):
-            raise DatasetError(f"{path}: a .json source must be a list of rows (or {{'rows': [...]}})")
+            raise DatasetError(
+                f"{path}: a .json source must be a list of rows (or {{'rows': [...]}})"
+            )
         yield from rows
 
 
@@ -133,7 +137,9 @@ def _iter_hub(spec: str, split: str, revision: str | None, role: str) -> Iterato
         yield from dataset
         return
     except Exception as exc:  # noqa: BLE001
-        errors.append(f"datasets: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        errors.append(
+            f"datasets: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        )
     try:
         from modelscope import MsDataset
 
@@ -141,7 +147,9 @@ def _iter_hub(spec: str, split: str, revision: str | None, role: str) -> Iterato
         yield from dataset
         return
     except Exception as exc:  # noqa: BLE001
-        errors.append(f"modelscope: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        errors.append(
+            f"modelscope: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        )
     raise DatasetError(
         f"{role} source {spec!r} (split {split!r}) could not be loaded from a hub "
         f"({'; '.join(errors)}); pass a local parquet/JSONL file or 'synthetic'"
@@ -200,7 +208,9 @@ def collect_conversations(
             break
         stats["rows_scanned"] += 1
         if not isinstance(row, dict):
-            raise DatasetError(f"trajectories {source.spec!r}: row {stats['rows_scanned']} is not an object")
+            raise DatasetError(
+                f"trajectories {source.spec!r}: row {stats['rows_scanned']} is not an object"
+            )
         if only_resolved and row.get("resolved") != 1 and row.get("resolved") is not True:
             stats["skipped_unresolved"] += 1
             continue

@@ -17,27 +17,123 @@ from typing import Any
 GENERATOR_VERSION = "repro-synthetic/1"
 
 _SYLLABLES = (
-    "ar", "ben", "cor", "dal", "el", "fen", "gra", "hol", "in", "jas", "kel", "lum", "mor",
-    "nex", "or", "pol", "quin", "ras", "sel", "tor", "ul", "ven", "wis", "xan", "yor", "zed",
+    "ar",
+    "ben",
+    "cor",
+    "dal",
+    "el",
+    "fen",
+    "gra",
+    "hol",
+    "in",
+    "jas",
+    "kel",
+    "lum",
+    "mor",
+    "nex",
+    "or",
+    "pol",
+    "quin",
+    "ras",
+    "sel",
+    "tor",
+    "ul",
+    "ven",
+    "wis",
+    "xan",
+    "yor",
+    "zed",
 )
 _NOUNS = (
-    "cache", "parser", "config", "session", "buffer", "token", "record", "schema", "index",
-    "handler", "client", "request", "frame", "column", "encoder", "window", "graph", "node",
-    "registry", "plugin", "stream", "batch", "result", "field", "matrix", "engine", "loader",
+    "cache",
+    "parser",
+    "config",
+    "session",
+    "buffer",
+    "token",
+    "record",
+    "schema",
+    "index",
+    "handler",
+    "client",
+    "request",
+    "frame",
+    "column",
+    "encoder",
+    "window",
+    "graph",
+    "node",
+    "registry",
+    "plugin",
+    "stream",
+    "batch",
+    "result",
+    "field",
+    "matrix",
+    "engine",
+    "loader",
 )
 _VERBS = (
-    "load", "parse", "build", "merge", "resolve", "render", "update", "flush", "validate",
-    "convert", "compute", "collect", "dispatch", "normalize", "serialize", "fetch", "apply",
+    "load",
+    "parse",
+    "build",
+    "merge",
+    "resolve",
+    "render",
+    "update",
+    "flush",
+    "validate",
+    "convert",
+    "compute",
+    "collect",
+    "dispatch",
+    "normalize",
+    "serialize",
+    "fetch",
+    "apply",
 )
 _ERRORS = (
-    "TypeError", "ValueError", "KeyError", "AttributeError", "IndexError", "AssertionError",
-    "RuntimeError", "ZeroDivisionError", "UnicodeDecodeError", "NotImplementedError",
+    "TypeError",
+    "ValueError",
+    "KeyError",
+    "AttributeError",
+    "IndexError",
+    "AssertionError",
+    "RuntimeError",
+    "ZeroDivisionError",
+    "UnicodeDecodeError",
+    "NotImplementedError",
 )
 _SCIENCE_TERMS = (
-    "enthalpy", "entropy", "momentum", "eigenvalue", "photon", "catalyst", "enzyme", "molarity",
-    "wavelength", "torque", "resistance", "capacitance", "isotope", "equilibrium", "gradient",
-    "integral", "derivative", "probability", "variance", "orbital", "lattice", "viscosity",
-    "frequency", "amplitude", "pressure", "oxidation", "genotype", "allele", "mitochondria",
+    "enthalpy",
+    "entropy",
+    "momentum",
+    "eigenvalue",
+    "photon",
+    "catalyst",
+    "enzyme",
+    "molarity",
+    "wavelength",
+    "torque",
+    "resistance",
+    "capacitance",
+    "isotope",
+    "equilibrium",
+    "gradient",
+    "integral",
+    "derivative",
+    "probability",
+    "variance",
+    "orbital",
+    "lattice",
+    "viscosity",
+    "frequency",
+    "amplitude",
+    "pressure",
+    "oxidation",
+    "genotype",
+    "allele",
+    "mitochondria",
 )
 _REASONING = (
     "Okay, let me think about this carefully.",
@@ -70,7 +166,10 @@ def _lognormal_int(rng: random.Random, median: float, sigma: float, lo: int, hi:
 def _python_function(rng: random.Random, module: str) -> list[str]:
     name = _ident(rng)
     args = ", ".join(rng.sample(_NOUNS, rng.randint(1, 3)))
-    lines = [f"def {name}({args}):", f'    """{name.replace("_", " ").capitalize()} for {module}."""']
+    lines = [
+        f"def {name}({args}):",
+        f'    """{name.replace("_", " ").capitalize()} for {module}."""',
+    ]
     for _ in range(rng.randint(2, 9)):
         kind = rng.random()
         var = rng.choice(_NOUNS)
@@ -114,14 +213,16 @@ def _task(rng: random.Random, repo: _Repo) -> str:
         )
     code = "\n".join(_python_function(rng, module))
     snippet = "\n".join(
-        f">>> {_ident(rng)}({rng.choice(_NOUNS)}={rng.randint(0, 99)})" for _ in range(rng.randint(1, 6))
+        f">>> {_ident(rng)}({rng.choice(_NOUNS)}={rng.randint(0, 99)})"
+        for _ in range(rng.randint(1, 6))
     )
     return (
         f"<uploaded_files>\n{repo.path}\n</uploaded_files>\n"
         f"I've uploaded a python code repository in the directory {repo.path}. Consider the "
         f"following issue description:\n\n<issue_description>\n"
         f"`{func}` raises {error} for empty {rng.choice(_NOUNS)}s\n\n" + " ".join(para) + "\n\n"
-        f"Minimal example:\n```python\n{code}\n```\n\n{snippet}\nTraceback (most recent call last):\n"
+        f"Minimal example:\n```python\n{code}\n```\n\n{snippet}\n"
+        "Traceback (most recent call last):\n"
         f'  File "{repo.path}/{module}", line {rng.randint(10, 900)}, in {func}\n'
         f"{error}: unexpected {rng.choice(_NOUNS)}\n</issue_description>\n\n"
         "Can you help me implement the necessary changes to the repository so that the "
@@ -174,8 +275,13 @@ def _diff(rng: random.Random, repo: _Repo, size: int) -> str:
 def _pytest(rng: random.Random, repo: _Repo, size: int) -> str:
     lines = [
         "============================= test session starts ==============================",
-        f"platform linux -- Python 3.{rng.randint(8, 12)}.{rng.randint(0, 9)}, pytest-7.{rng.randint(0, 4)}.0",
-        f"rootdir: {repo.path}", f"collected {size} items", "",
+        (
+            f"platform linux -- Python 3.{rng.randint(8, 12)}.{rng.randint(0, 9)}, "
+            f"pytest-7.{rng.randint(0, 4)}.0"
+        ),
+        f"rootdir: {repo.path}",
+        f"collected {size} items",
+        "",
     ]
     failed = []
     for _ in range(size):
@@ -187,14 +293,19 @@ def _pytest(rng: random.Random, repo: _Repo, size: int) -> str:
     for test in failed:
         lines.append(f"_______ {test.split('::')[1]} _______")
         lines.append(_traceback(rng, repo, rng.randint(2, 6)))
-    lines.append(f"===== {len(failed)} failed, {size - len(failed)} passed in {rng.uniform(0.1, 90):.2f}s =====")
+    lines.append(
+        f"===== {len(failed)} failed, {size - len(failed)} passed in "
+        f"{rng.uniform(0.1, 90):.2f}s ====="
+    )
     return "\n".join(lines)
 
 
 def _traceback(rng: random.Random, repo: _Repo, depth: int) -> str:
     lines = ["Traceback (most recent call last):"]
     for _ in range(depth):
-        lines.append(f'  File "{repo.path}/{repo.file(rng)}", line {rng.randint(1, 1500)}, in {_ident(rng)}')
+        lines.append(
+            f'  File "{repo.path}/{repo.file(rng)}", line {rng.randint(1, 1500)}, in {_ident(rng)}'
+        )
         lines.append(f"    {rng.choice(_NOUNS)} = {_ident(rng)}({rng.choice(_NOUNS)})")
     lines.append(f"{rng.choice(_ERRORS)}: {rng.choice(_NOUNS)} {rng.randint(0, 4096)} is not valid")
     return "\n".join(lines)
@@ -232,19 +343,47 @@ def trajectory(seed: int, index: int) -> dict[str, Any]:
     rng = random.Random(f"{GENERATOR_VERSION}:{seed}:{index}")
     repo = _Repo(rng)
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are OpenHands agent, a helpful AI assistant.", "name": None,
-         "tool_call_id": None, "tool_calls": None},
-        {"role": "user", "content": _task(rng, repo), "name": None, "tool_call_id": None,
-         "tool_calls": None},
+        {
+            "role": "system",
+            "content": "You are OpenHands agent, a helpful AI assistant.",
+            "name": None,
+            "tool_call_id": None,
+            "tool_calls": None,
+        },
+        {
+            "role": "user",
+            "content": _task(rng, repo),
+            "name": None,
+            "tool_call_id": None,
+            "tool_calls": None,
+        },
     ]
     for step in range(_lognormal_int(rng, 30, 0.5, 4, 120)):
         call_id = f"call_{index}_{step}"
-        messages.append({"role": "assistant", "content": f"Let me {rng.choice(_VERBS)} the {rng.choice(_NOUNS)}.",
-                         "name": None, "tool_call_id": None,
-                         "tool_calls": [{"id": call_id, "type": "function",
-                                         "function": {"name": "execute_bash", "arguments": "{}"}}]})
-        messages.append({"role": "tool", "content": _observation(rng, repo), "name": "execute_bash",
-                         "tool_call_id": call_id, "tool_calls": None})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": f"Let me {rng.choice(_VERBS)} the {rng.choice(_NOUNS)}.",
+                "name": None,
+                "tool_call_id": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "execute_bash", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "tool",
+                "content": _observation(rng, repo),
+                "name": "execute_bash",
+                "tool_call_id": call_id,
+                "tool_calls": None,
+            }
+        )
     return {
         "trajectory_id": f"synthetic-{seed}-{index}",
         "instance_id": f"{repo.owner}__{repo.name}-{rng.randint(100, 9999)}",
@@ -263,15 +402,21 @@ def trajectories(seed: int) -> Iterator[dict[str, Any]]:
 
 
 def pad_document(seed: int, index: int) -> dict[str, Any]:
-    """One reasoning-trace-like text (with <think> markup, as R1 traces have) in an `output` field."""
+    """One reasoning-trace-like text (with <think> markup, as R1 traces have), field `output`."""
     rng = random.Random(f"{GENERATOR_VERSION}:pad:{seed}:{index}")
     sentences = []
     for _ in range(_lognormal_int(rng, 120, 0.6, 10, 900)):
-        sentences.append(rng.choice(_REASONING).format(
-            t=rng.choice(_SCIENCE_TERMS), u=rng.choice(_SCIENCE_TERMS), o="ABCD"[rng.randint(0, 3)],
-            a=rng.randint(2, 500), b=round(rng.uniform(0.1, 50), 2), c=round(rng.uniform(0.01, 9), 3),
-            d=rng.randint(10, 25000),
-        ))
+        sentences.append(
+            rng.choice(_REASONING).format(
+                t=rng.choice(_SCIENCE_TERMS),
+                u=rng.choice(_SCIENCE_TERMS),
+                o="ABCD"[rng.randint(0, 3)],
+                a=rng.randint(2, 500),
+                b=round(rng.uniform(0.1, 50), 2),
+                c=round(rng.uniform(0.01, 9), 3),
+                d=rng.randint(10, 25000),
+            )
+        )
     paragraphs = [" ".join(sentences[i : i + 6]) for i in range(0, len(sentences), 6)]
     answer = f"The answer is {'ABCD'[rng.randint(0, 3)]}."
     return {"output": "<think>\n" + "\n\n".join(paragraphs) + "\n</think>\n\n" + answer}

@@ -243,8 +243,15 @@ class TokenizerHandle:
             if kind == "ByteLevel":
                 return bool(node.get("use_regex", True))
             return kind in {
-                "Split", "Whitespace", "WhitespaceSplit", "BertPreTokenizer", "Metaspace",
-                "Punctuation", "Digits", "UnicodeScripts", "CharDelimiterSplit",
+                "Split",
+                "Whitespace",
+                "WhitespaceSplit",
+                "BertPreTokenizer",
+                "Metaspace",
+                "Punctuation",
+                "Digits",
+                "UnicodeScripts",
+                "CharDelimiterSplit",
             }
 
         return splits(config)
@@ -286,7 +293,8 @@ class TokenizerHandle:
         strings = self._vocab_strings
         starts, ends = self.boundary_flags
         candidates = [
-            i for i, s in enumerate(strings)
+            i
+            for i, s in enumerate(strings)
             if starts[i] and ends[i] and len(s) >= 3 and s[1:].isascii() and s[1:].isalpha()
         ]
         if not candidates:
@@ -296,7 +304,9 @@ class TokenizerHandle:
         )
         words = [i for i, enc in zip(candidates, encoded, strict=True) if enc.ids == [i]]
         if len(words) < 4:
-            raise DatasetError(f"tokenizer {self.spec!r} has too few stable word tokens ({len(words)})")
+            raise DatasetError(
+                f"tokenizer {self.spec!r} has too few stable word tokens ({len(words)})"
+            )
         return np.array(words, dtype=np.int32)
 
     # ------------------------------------------------------------------ chat template

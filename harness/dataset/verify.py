@@ -1,4 +1,4 @@
-"""Re-tokenize a built swe_smith JSON and report exact per-turn counts, drift and templated lengths."""
+"""Re-tokenize a built swe_smith JSON: exact per-turn counts, drift and templated lengths."""
 
 from __future__ import annotations
 
@@ -49,7 +49,11 @@ def verify_file(
     data = load_swe_smith(path)
     meta = data.get("metadata") or {}
     F = first_turn_length if first_turn_length is not None else meta.get("first_turn_length")
-    S = subsequent_turn_length if subsequent_turn_length is not None else meta.get("subsequent_turn_length")
+    S = (
+        subsequent_turn_length
+        if subsequent_turn_length is not None
+        else meta.get("subsequent_turn_length")
+    )
     conversations = data["conversations"]
     contents = [m["content"] for conv in conversations for turn in conv for m in turn["messages"]]
     encoded = iter(tok.encode(contents))
@@ -80,15 +84,17 @@ def verify_file(
             exact += drift == 0
             if drift is not None:
                 max_drift = max(max_drift, abs(drift))
-            turns.append({
-                "turn": t,
-                "roles": [m.get("role") for m in turn["messages"]],
-                "message_tokens": per_message,
-                "bare_tokens": bare,
-                "target": target,
-                "drift": drift,
-                "prompt_tokens_field": turn.get("prompt_tokens"),
-            })
+            turns.append(
+                {
+                    "turn": t,
+                    "roles": [m.get("role") for m in turn["messages"]],
+                    "message_tokens": per_message,
+                    "bare_tokens": bare,
+                    "target": target,
+                    "drift": drift,
+                    "prompt_tokens_field": turn.get("prompt_tokens"),
+                }
+            )
         report_convs.append({"index": c, "turns": turns})
     templated = tok.templated_lengths(histories)
     disagreements = []
@@ -97,7 +103,8 @@ def verify_file(
         offsets = [sum(len(conv) for conv in conversations[:c]) for c in range(len(conversations))]
         disagreements = [
             {"conversation": c, "shrunk": templated[offsets[c]], "full": value}
-            for c, value in enumerate(full) if templated[offsets[c]] != value
+            for c, value in enumerate(full)
+            if templated[offsets[c]] != value
         ]
     index = 0
     for conv in report_convs:
@@ -107,7 +114,8 @@ def verify_file(
             )
             index += 1
     first_ok = sum(
-        1 for conv in report_convs
+        1
+        for conv in report_convs
         if conv["turns"][0]["prompt_tokens_field"] == conv["turns"][0]["templated_prompt_tokens"]
     )
     return {
