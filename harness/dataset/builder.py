@@ -208,6 +208,7 @@ def build_dataset(
     def lap(name: str, since: float) -> float:
         now = time.perf_counter()
         timings[name] = round(now - since, 3)
+        echo(f"  {name}: {now - since:.1f}s")
         return now
 
     output = Path(output).expanduser()
