@@ -148,6 +148,7 @@ def random_pad(tok: TokenizerHandle, rng: np.random.RandomState, target: int) ->
     if target <= 0:
         return PadPiece("", 0, "none")
     ids = rng.choice(tok.word_ids, size=target)
-    # Every word is its own pre-token, so word|word joins are all alike: the windows at both
-    # ends of the span check that kind of join.
-    return PadPiece(tok.decode(ids), target, "random", None, ids, np.zeros(0, dtype=np.int64))
+    # Every word is its own pre-token, so word|word joins are all alike: windows at both ends
+    # and at a few interior points check that kind of join.
+    interior = np.linspace(0, target, 6, dtype=np.int64)[1:-1]
+    return PadPiece(tok.decode(ids), target, "random", None, ids, np.unique(interior))

@@ -363,6 +363,8 @@ class TokenizerHandle:
         """The chat-template text transformers' apply_chat_template(tokenize=False) gives."""
         return self._compiled_template.render(
             messages=messages,
+            tools=None,
+            documents=None,
             add_generation_prompt=add_generation_prompt,
             bos_token=self._special_token_text("bos_token") or "",
             eos_token=self._special_token_text("eos_token") or "",
