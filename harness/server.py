@@ -157,8 +157,13 @@ class VllmServer:
         self.build = build
         self.echo = echo or (lambda _msg: None)
         # Long drains for GPU profiles: unpinning a multi-100-GiB host pool takes a while.
-        self.stop_timeouts = stop_timeouts or ((60.0, 60.0, 30.0) if profile.gpus > 0
-                                               else (20.0, 15.0, 10.0))
+        # REPRO_STOP_TIMEOUTS="sigint,sigterm,sigkill" seconds overrides the defaults.
+        env_timeouts = os.environ.get("REPRO_STOP_TIMEOUTS")
+        default = (60.0, 60.0, 30.0) if profile.gpus > 0 else (20.0, 15.0, 10.0)
+        self.stop_timeouts = stop_timeouts or (
+            tuple(float(x) for x in env_timeouts.split(",")) if env_timeouts else default)
+        if len(self.stop_timeouts) != 3:
+            raise ServerError(f"REPRO_STOP_TIMEOUTS={env_timeouts!r}: expected three numbers")
         self.served_model_name = profile.served_model_name
         self.command: list[str] = []
         self.model_path: str | None = None
