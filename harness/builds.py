@@ -487,8 +487,12 @@ def _run_step(step: Step, log: Path, echo: Callable[[str], None]) -> None:
     with open(log, "a") as out:
         out.write(f"\n$ {step.render()}\n")
         out.flush()
-        proc = subprocess.run(step.argv, check=False, stdout=out, stderr=subprocess.STDOUT,
-                              env={**_quiet_env(), **step.env})
+        try:
+            proc = subprocess.run(step.argv, check=False, stdout=out, stderr=subprocess.STDOUT,
+                                  env={**_quiet_env(), **step.env})
+        except OSError as exc:  # e.g. python3.11, uv or git not installed
+            raise BuildError(f"step failed: {step.render()}: {exc} (for another interpreter set "
+                             "REPRO_PYTHON_<MAJOR>_<MINOR>, e.g. REPRO_PYTHON_3_11)") from exc
     if proc.returncode != 0:
         tail = "\n".join(log.read_text().splitlines()[-25:])
         raise BuildError(f"step failed (exit {proc.returncode}): {step.render()}\n"

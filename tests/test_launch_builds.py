@@ -199,3 +199,12 @@ def test_install_once_under_lock_and_publish(cache: Path, monkeypatch: pytest.Mo
     assert link.is_symlink() and (link / "provenance.json").exists()
     assert all(r.python == link / "venv" / "bin" / "python" for r in results)
     assert results[0].provenance == {"build": "cpu-0.32.0"}
+
+
+def test_missing_tool_is_a_build_error(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REPRO_PYTHON_3_11", "/nonexistent/python3.11")
+    monkeypatch.setattr(builds._Installer, "install_steps",
+                        lambda self: self._steps_pypi_cpu()[:1])
+    with pytest.raises(BuildError, match="/nonexistent/python3.11"):
+        ensure_build("cpu-0.32.0", echo=lambda _m: None)
+    assert not (cache / "builds" / "cpu-0.32.0").exists()
