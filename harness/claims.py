@@ -163,7 +163,7 @@ def check_claims(claims: ClaimsFile, runs_by_arm: dict[str, Run]) -> list[ClaimR
     results = []
     for claim in claims.claims:
         arms = [claim.left.arm] + ([claim.right.arm] if claim.right else [])
-        absent = [a for a in arms if a not in runs_by_arm]
+        absent = [a for a in dict.fromkeys(arms) if a not in runs_by_arm]
         if absent:
             results.append(ClaimResult(claim.id, claim.text, "skipped",
                                        f"no run for arm {', '.join(absent)}"))
