@@ -508,7 +508,12 @@ def ensure_build(name: str, *, echo: Callable[[str], None] = print) -> BuildEnv:
             step.action()  # type: ignore[misc]
         echo(f"{name} resolved to {installer.full_sha}")
         env = ensure_build(f"{name.partition('@')[0]}@{installer.full_sha}", echo=echo)
-        env.provenance["requested"] = name
+        resolved = env.provenance.setdefault("resolved_from", {})
+        resolved[name] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        record = build_dir(env.name) / "provenance.json"
+        tmp = record.with_suffix(f".tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(env.provenance, indent=2) + "\n")
+        os.replace(tmp, record)  # the build records that `latest` meant this commit, and when
         return env
     done = _installed(name)
     if done:

@@ -208,3 +208,32 @@ def test_missing_tool_is_a_build_error(cache: Path, monkeypatch: pytest.MonkeyPa
     with pytest.raises(BuildError, match="/nonexistent/python3.11"):
         ensure_build("cpu-0.32.0", echo=lambda _m: None)
     assert not (cache / "builds" / "cpu-0.32.0").exists()
+
+
+def test_nightly_latest_resolves_and_records(cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    origin = tmp_path / "upstream"
+    origin.mkdir()
+    _git(origin, "init", "-q", "-b", "main")
+    (origin / "f").write_text("x")
+    _git(origin, "add", "f")
+    _git(origin, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    head = _git(origin, "rev-parse", "HEAD")
+    template = load_builds()["nightly"].model_copy(update={"repo": f"file://{origin}"})
+    monkeypatch.setattr(builds, "load_builds", lambda path=None: {"nightly": template})
+    monkeypatch.setattr(builds, "_check_machine", lambda build: None)
+    installed: list[str] = []
+
+    def fake_steps(self: builds._Installer) -> list[Step]:
+        def make() -> None:
+            installed.append(self.build.name)
+            (self.venv / "bin").mkdir(parents=True)
+            (self.venv / "bin" / "python").write_text("")
+            (self.stage / "provenance.json").write_text(json.dumps({"commit": self.full_sha}))
+        return [Step("fake install", action=make), Step("publish", action=self.publish)]
+
+    monkeypatch.setattr(builds._Installer, "install_steps", fake_steps)
+    env = ensure_build("nightly@latest", echo=lambda _m: None)
+    assert installed == [f"nightly@{head}"] and env.name == f"nightly@{head}"
+    saved = json.loads((cache / "builds" / f"nightly@{head}" / "provenance.json").read_text())
+    assert saved["commit"] == head and "nightly@latest" in saved["resolved_from"]
