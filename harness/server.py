@@ -27,7 +27,7 @@ from typing import Any, Self
 
 import requests
 
-from harness.builds import BuildEnv, ensure_build, nvidia_gpu_count
+from harness.builds import BuildEnv, ensure_build, get_build, nvidia_gpu_count
 from harness.errors import ServerError
 from harness.paths import cache_dir
 from harness.profiles import Profile, load_profile, render_serve_command
@@ -197,8 +197,11 @@ class VllmServer:
         no_proxy = ",".join(filter(None, [env.get("NO_PROXY") or env.get("no_proxy"),
                                           *LOOPBACK]))
         compile_root = cache_dir() / "compile" / self.profile.build
+        cpu_build = get_build(self.profile.build).device == "cpu"
+        if cpu_build or Path(self.model_path or "").exists():
+            # local models never need the hub; a GPU profile naming a hub id may need to download
+            env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
         env.update({
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
             "VLLM_HOST_IP": "127.0.0.1" if self.profile.host in LOOPBACK else
             env.get("VLLM_HOST_IP", ""),
@@ -210,7 +213,7 @@ class VllmServer:
         })
         if not env["VLLM_HOST_IP"]:
             env.pop("VLLM_HOST_IP")
-        if self.profile.gpus == 0:
+        if cpu_build:
             env["VLLM_TARGET_DEVICE"] = "cpu"
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         env.update(self.profile.env)
