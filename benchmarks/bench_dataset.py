@@ -76,7 +76,8 @@ def _child(args: argparse.Namespace) -> None:
             {
                 "wall_s": wall,
                 "manifest": {
-                    k: result.manifest[k] for k in ("exactness", "timings_s", "totals", "pad")
+                    k: result.manifest[k]
+                    for k in ("exactness", "timings_s", "cpu_s", "totals", "pad")
                 },
             }
         )
@@ -139,7 +140,8 @@ def main() -> None:
             f"exact turns {exact['exact_turns']}/{exact['turns']} "
             f"(drifting before repair {exact['drifting_before_repair']})"
         )
-        print(f"    phases (s): {manifest['timings_s']}")
+        print(f"    phases, wall (s): {manifest['timings_s']}")
+        print(f"    phases, CPU (s):  {manifest['cpu_s']}")
         print(f"    load average after: {os.getloadavg()}")
 
 

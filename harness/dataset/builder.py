@@ -205,10 +205,15 @@ def build_dataset(
     started = time.perf_counter()
     timings: dict[str, float] = {}
 
+    cpu_times: dict[str, float] = {}
+    cpu_mark = [time.process_time()]
+
     def lap(name: str, since: float) -> float:
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.process_time()
         timings[name] = round(now - since, 3)
-        echo(f"  {name}: {now - since:.1f}s")
+        cpu_times[name] = round(cpu - cpu_mark[0], 3)  # all threads of this process
+        cpu_mark[0] = cpu
+        echo(f"  {name}: {now - since:.1f}s (CPU {cpu_times[name]:.1f}s)")
         return now
 
     output = Path(output).expanduser()
@@ -470,6 +475,7 @@ def build_dataset(
         },
         "conversations": per_conversation,
         "timings_s": timings,
+        "cpu_s": cpu_times,
     }
     _atomic_write_bytes(output, payload)
     manifest_file = manifest_path_for(output)
