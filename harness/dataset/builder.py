@@ -6,10 +6,19 @@ frac x F] with F bare tokens in total; turns 2..N = the next user message (or ""
 or padded up to S; pad from disjoint spans of one pool (random fallback), or random; metadata
 and `prompt_tokens` as the original writes them.
 
-Better: every message is re-tokenized before writing and must hit its target (tolerance 0 by
-default), including the real+pad seam; cuts are placed on pre-tokenizer boundaries so decoded
-text round-trips; a seam that still drifts is repaired by re-vending its pad. A sidecar manifest
-records sources, tokenizer hashes, per-turn counts and the output's sha256.
+Differences, on purpose:
+- Truncation cuts at the last pre-tokenizer boundary at or below the cap (so the kept text
+  re-encodes to exactly its ids); turn 1's system pad takes up the few tokens this can leave.
+- Pad spans start and end on such boundaries (the cursor skips a few ids to find one), so a
+  decoded span re-encodes to exactly its length; the original's decode/re-encode drift is gone.
+- `random` pad is uniformly drawn whole-word tokens (exact by construction) instead of random
+  characters trimmed by re-tokenization.
+- Before writing, every turn is re-tokenized and must hit its target (tolerance 0 by default):
+  real text in full, pad spans in windows around every place where separately encoded text
+  meets (exact for locally splitting pre-tokenizers, which the tokenizer is checked for; others
+  get a full re-tokenization). A drifting seam is repaired by re-vending its pad.
+- A sidecar manifest records sources, tokenizer hashes, per-turn counts (bare and templated),
+  seam drift, timings and the output's sha256.
 """
 
 from __future__ import annotations
