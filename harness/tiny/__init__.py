@@ -6,6 +6,7 @@ built on first use (file-locked, atomic) and reused after, keyed by a hash of th
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -28,8 +29,12 @@ TINY_PREFIX = "tiny:"
 TOKENIZER_SPEC = "tiny:tokenizer"
 
 
+@functools.lru_cache(maxsize=1)
 def tokenizer_cache_key() -> str:
-    """Hash of everything the tokenizer's bytes depend on (builder source, Python, stdlib files)."""
+    """Hash of everything the tokenizer's bytes depend on (builder source, Python, stdlib files).
+
+    Memoised: hashing 200 stdlib files costs seconds and cannot change within a process.
+    """
     blob = json.dumps(provenance(), sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
