@@ -261,7 +261,8 @@ def render_claims(results: Sequence[ClaimResult], notes: Sequence[str] = (), *,
     icon = {"holds": "✅", "fails": "❌", "skipped": "⏭️"}
     if markdown:
         lines = ["| claim | status | detail |", "|---|---|---|"]
-        lines += [f"| {r.id}: {r.text} | {icon[r.status]} {r.status} | {r.detail} |" for r in results]
+        lines += [f"| {r.id}: {r.text} | {icon[r.status]} {r.status} | "
+                  f"{r.detail.replace('|', chr(92) + '|')} |" for r in results]
         return "\n".join([*(f"- {n}" for n in notes), "", *lines]) + "\n"
     lines = [*notes]
     for r in results:

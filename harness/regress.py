@@ -557,7 +557,8 @@ def render_markdown(verdict: Verdict, *, title: str | None = None) -> str:
     for row in order:
         cells = list(_cells(row))
         cells[-1] = f"{icon[row.cls]} {row.cls}"
-        lines.append("| " + " | ".join(cells) + f" | {row.reason} |")
+        reason = row.reason.replace("|", "\\|")  # a bare | would split the table cell
+        lines.append("| " + " | ".join(cells) + f" | {reason} |")
     return "\n".join(lines) + "\n"
 
 
