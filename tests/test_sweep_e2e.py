@@ -216,8 +216,8 @@ def test_repeats_record_median_and_ci(server_factory, tmp_path):
 # --------------------------------------------------------------------------- server lifecycle
 
 
-def _server_group(run_dir: Path) -> int | None:
-    """Process group of the vLLM server this test process launched (found via /proc)."""
+def _server_group(port: int) -> int | None:
+    """Process group of the vLLM server this test process launched on `port` (via /proc)."""
     me = os.getpid()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -228,12 +228,15 @@ def _server_group(run_dir: Path) -> int | None:
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == me and " serve " in cmd:
+        if ppid == me and " serve " in cmd and f" --port {port} " in f"{cmd} ":
             return os.getpgid(int(entry.name))
     return None
 
 
 def test_server_killed_mid_point_is_invalid_and_sweep_continues(cpu_build, tmp_path):
+    from harness.server import free_port
+
+    port = free_port()
     killed: dict[str, object] = {}
 
     def killer() -> None:
@@ -251,17 +254,15 @@ def test_server_killed_mid_point_is_invalid_and_sweep_continues(cpu_build, tmp_p
             running = [ln for ln in text.splitlines()
                        if ln.startswith("vllm:num_requests_running{")]
             if running and float(running[0].rsplit(" ", 1)[1]) > 0:
-                pgid = _server_group(tmp_path / "kill")
+                pgid = _server_group(port)
                 if pgid:
                     os.killpg(pgid, signal.SIGKILL)
                     killed["pgid"] = pgid
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
-    from harness.server import free_port
-
     run_dir = run_sweep("cpu-tiny", overrides=["sweep.points=[[2,8],[1,2]]"], out=tmp_path,
-                        run_id="kill", port=free_port(), **QUIET)
+                        run_id="kill", port=port, **QUIET)
     thread.join(timeout=5)
     assert "pgid" in killed
     run = load_run(run_dir)
@@ -273,4 +274,4 @@ def test_server_killed_mid_point_is_invalid_and_sweep_continues(cpu_build, tmp_p
     assert second.valid, second.invalid_reasons
     assert second.client.total_requests == 2 * 4
     assert (run_dir / "server.log").exists()
-    assert _server_group(run_dir) is None  # the restarted server was stopped at the end
+    assert _server_group(port) is None  # the restarted server was stopped at the end
