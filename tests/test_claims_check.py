@@ -85,10 +85,10 @@ def test_field_operands_and_missing_values(tmp_path: Path):
     pressure = write_run(tmp_path, "p", rng, profile="cpu-tiny-pressure", gpus=0,
                          points=[(1, 2), (4, 8), (8, 16)])
     _set_metric(pressure, "c8", "occupancy", 1.3)
-    _set_metric(pressure, "c8", "preemptions", 7)
+    _set_metric(pressure, "c8", "waiting_max", 7)
     results = {r.id: r for r in run_claims([pressure], claims_path=CPU)[0]}
     assert results["pressure-top-occupancy"].status == "holds"  # 1.3 <= 0.5 x 8
-    assert results["pressure-top-preemptions"].status == "holds"
+    assert results["pressure-top-waiting"].status == "holds"  # 7 >= 0.5 x 8
     assert results["occupancy-ratio-top"].status == "skipped"  # needs the cpu-tiny arm too
     _set_metric(pressure, "c8", "occupancy", None)
     results = {r.id: r for r in run_claims([pressure], claims_path=CPU)[0]}

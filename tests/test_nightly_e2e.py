@@ -6,11 +6,13 @@ the whole nightly loop on a fresh history, an identical rerun, and a degraded ca
 2. The same again: an identical rerun is not a regression (exit 0; suspicious points, if any,
    are rerun once and cleared).
 3. The same with `--set serve.num-gpu-blocks-override=16 --set serve.max-model-len=1920`
-   (KV pressure, pitfalls.md): a regression naming occupancy and preemptions (exit 1), recorded
-   as rejected.
+   (KV pressure, pitfalls.md): a regression naming occupancy (exit 1) and no timing metric,
+   recorded as rejected. (Measured: occupancy -53 % at c4, -74 % at c8; waiting_max 7 at c8.)
 Then `repro regress` on those runs directly (run vs run): exit 0 for the rerun, 1 for the
 degraded one, and the history CLI shows the rejected run. Three sweeps, each with its own
-server start; about 3-6 minutes on two cores.
+server start; about 3-6 minutes on an idle 2-core machine
+(27 minutes measured while six other engineers loaded the same two cores: server starts took
+~6 minutes each).
 """
 
 from __future__ import annotations
@@ -81,7 +83,10 @@ def test_degraded_candidate_is_a_regression_naming_the_right_metrics(nights: dic
     arm = degraded["data"]["arms"][0]
     assert arm["status"] == "regression"
     regressed = set(arm["verdict"]["regressed_metrics"])
-    assert {"occupancy", "preemptions"} <= regressed, regressed
+    assert "occupancy" in regressed, regressed
+    assert regressed <= {"occupancy", "waiting_max", "preemptions"}, regressed  # not timing noise
+    c8 = [r for r in arm["verdict"]["rows"] if r["point"] == "c8" and r["metric"] == "occupancy"]
+    assert c8[0]["cls"] == "regression" and c8[0]["candidate"] < 0.5 * c8[0]["baseline"]
     assert arm["history_state"] == "rejected"
     assert "regressed:" in degraded["summary"].read_text()
 
@@ -95,7 +100,7 @@ def test_regress_cli_on_the_real_runs(nights: dict):
                    "--json")
     assert worse.returncode == 1, worse.stdout + worse.stderr
     verdict = json.loads(worse.stdout)
-    assert {"occupancy", "preemptions"} <= set(verdict["regressed_metrics"])
+    assert "occupancy" in verdict["regressed_metrics"]
     assert any("num-gpu-blocks-override=16" in n for n in verdict["notes"])
     listed = _repro(env, "history", "list")
     assert listed.stdout.count("accepted") == 2 and "rejected" in listed.stdout

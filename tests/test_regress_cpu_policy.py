@@ -28,7 +28,11 @@ MEASURED = {
     "u2": {1: (1.00, 437, 36.9, 0), 4: (3.64, 972, 22.3, 0), 8: (6.77, 2273, 25.9, 0)},
     "u3": {1: (1.00, 753, 65.1, 0), 4: (4.00, 2243, 54.7, 0), 8: (6.21, 1759, 23.0, 0)},
 }
+# KV pressure as pitfalls.md saw it (with preemptions) and as the e2e nightly measured it
+# (occupancy 1.48/1.46 at c4/c8, waiting 3/7, no preemptions, timing metrics better).
 DEGRADED = {1: (1.00, 480, 50.0, 0, 0), 4: (2.1, 700, 30.0, 3, 3), 8: (1.3, 650, 25.0, 7, 7)}
+MEASURED_DEGRADED = {1: (1.00, 1120, 135.3, 0, 0), 4: (1.48, 1210, 75.7, 3, 0),
+                     8: (1.46, 1331, 104.4, 7, 0)}
 
 
 def _view(name: str, table: dict) -> object:
@@ -67,3 +71,15 @@ def test_kv_pressure_is_a_regression_against_every_measured_baseline():
     flagged = {(r.point, r.metric) for r in verdict.flagged("regression")}
     assert ("c8", "occupancy") in flagged and ("c8", "preemptions") in flagged
     assert ("c1", "occupancy") not in flagged  # c1 fits in the small pool: unchanged
+
+
+def test_measured_kv_pressure_is_named_by_occupancy_and_waiting():
+    degraded = _view("measured-degraded", MEASURED_DEGRADED)
+    for base in VIEWS.values():
+        verdict = evaluate(degraded, [base], POLICY)
+        assert verdict.status == "regression"
+        assert "occupancy" in verdict.regressed_metrics()
+        # Faster per-user tokens with fewer requests running is not a regression of timing.
+        assert not {"throughput_per_gpu", "interactivity"} & set(verdict.regressed_metrics())
+    verdict = evaluate(degraded, list(VIEWS.values()), POLICY)
+    assert set(verdict.regressed_metrics()) == {"occupancy", "waiting_max"}
