@@ -5,7 +5,8 @@ from a smooth throughput/latency model plus seeded Gaussian noise, per metric an
 
 Measured false-positive rates (stated here, asserted below; 500 seeds each, GPU default policy
 launch/policies/default.yaml, 5 points c1..c32, history baseline = median of 5 accepted runs):
-- single runs, 3 % noise (sigma 1 %, so ~all values within +-3 %): 0 / 500 regression verdicts;
+- single runs, 3 % noise (sigma 1 %, so ~all values within +-3 %): 1 / 500 = 0.2 % of runs get
+  a regression verdict (~45 rows each: 8 metrics x 5 points + 5 curve rows);
   the same noise with a 10 % throughput drop: 500 / 500 caught, naming throughput_per_gpu.
 - 5 repeats per point, sigma 3 % per repeat (three times noisier; the median-CI rule):
   13 / 500 = 2.6 % of runs get at least one false regression row (out of ~43 rows per run);
