@@ -145,7 +145,10 @@ def test_mtp_sweep_measures_acceptance_from_server_counters(server_factory, tmp_
 
 def test_pressure_sweep_preempts_and_caps_occupancy(server_factory, tmp_path):
     server = server_factory("cpu-tiny-pressure")
-    run_dir = run_sweep("cpu-tiny-pressure", overrides=["sweep.points=[[1,1],[8,16]]"],
+    # Longer replies grow each running request by ~1.5 KV blocks per turn: with 16 blocks the
+    # scheduler must preempt (64-token replies were admitted without any preemption).
+    run_dir = run_sweep("cpu-tiny-pressure",
+                        overrides=["sweep.points=[[1,1],[8,8]]", "sweep.max_tokens=192"],
                         url=server.base_url, out=tmp_path, run_id="pressure", **QUIET)
     run = load_run(run_dir)
     assert_valid_points(run_dir)
