@@ -176,6 +176,10 @@ def run_nightly(
         raise ReproError("--profiles: give at least one profile")
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out_dir = Path(out) if out else results_dir()
+    from harness.profiles import load_profile
+
+    for name in profiles:  # fail on a typo before a build that may take an hour
+        load_profile(name, overrides)
     history = History.open(history_path)
     build_name, provenance = resolve_build(build, echo)
     echo(f"nightly {stamp}: build {build} -> {build_name}; history {history.path}")
