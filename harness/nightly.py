@@ -289,12 +289,31 @@ def render_summary(result: NightlyResult) -> str:
     for arm in result.arms:
         if arm.verdict is not None:
             lines.append(render_markdown(arm.verdict, title=arm.profile))
+        elif arm.status == "new" and arm.run_dir is not None:
+            lines += _new_arm_table(arm)
     lines += ["### Claims", "", render_claims(result.claims, result.claims_notes, markdown=True)]
     if result.dashboard:
         lines.append(f"Dashboard: `{result.dashboard}`")
     lines += [f"- {n}" for n in result.notes]
     lines.append(f"\nexit code {result.exit_code}\n")
     return "\n".join(lines)
+
+
+_NEW_ARM_METRICS = ("occupancy", "throughput_per_gpu", "interactivity", "preemptions",
+                    "waiting_max", "mtp_acceptance_length")
+
+
+def _new_arm_table(arm: ArmResult) -> list[str]:
+    """The first night of a series has no verdict: show what became the baseline."""
+    run = load_run(arm.run_dir)
+    lines = [f"### {arm.profile}: 🆕 baseline", "",
+             "| point | " + " | ".join(_NEW_ARM_METRICS) + " |",
+             "|---|" + "---|" * len(_NEW_ARM_METRICS)]
+    for p in run.points:
+        cells = [f"{p.metrics[k]:.4g}" if p.metrics.get(k) is not None else "-"
+                 for k in _NEW_ARM_METRICS]
+        lines.append(f"| {p.label} r{p.repeat} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def summary_dict(result: NightlyResult) -> dict[str, Any]:

@@ -43,6 +43,8 @@ def test_first_night_becomes_the_baseline(tmp_path: Path):
     record_arm(arm, history)
     assert arm.status == "new" and arm.history_state == "accepted"
     assert history.entry("first").state == "accepted"
+    summary = render_summary(NightlyResult("STAMP", "cpu-0.32.0", {}, [arm]))
+    assert "### hisparse384: 🆕 baseline" in summary and "| c32 r0 | 27.2 |" in summary
 
 
 def test_suspicious_points_are_rerun_and_confirmed_or_cleared(tmp_path: Path):
