@@ -27,7 +27,8 @@ for area in (launch, tiny_models, dataset, sweep, report, capacity, regress):
 
 def main() -> None:
     try:
-        cli.main(standalone_mode=False)
+        # standalone_mode=False returns ctx.exit() codes instead of exiting: propagate them.
+        result = cli.main(standalone_mode=False)
     except ReproError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
@@ -39,3 +40,4 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    sys.exit(result if isinstance(result, int) else 0)
