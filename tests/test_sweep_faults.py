@@ -83,6 +83,9 @@ class FakeOpenAI(BaseHTTPRequestHandler):
         if type(self).mode == "chat500":
             self._json(500, {"error": {"message": "injected failure"}})
             return
+        if type(self).mode == "hang" and body.get("stream"):
+            time.sleep(120)  # the client's requests never finish: the point must time out
+            return
         n = int(body.get("max_tokens") or 8)
         prompt = PROMPT_TOKENS_PER_MESSAGE * len(body.get("messages") or [])
         if not body.get("stream"):
@@ -212,3 +215,28 @@ def test_existing_run_dir_is_never_overwritten(fake_server, small_dataset, tmp_p
         run_sweep("cpu-tiny", overrides=SETS, dataset=str(small_dataset),
                   url=fake_server(), out=tmp_path, run_id="taken", report=False,
                   echo=lambda _: None)
+
+
+def test_point_timeout_kills_the_client_group_and_invalidates(fake_server, small_dataset,
+                                                             tmp_path):
+    url = fake_server(mode="hang")
+    sets = [*SETS, "sweep.points=[[1,1]]", "sweep.point_timeout_s=20"]
+    started = time.monotonic()
+    run_dir = run_sweep("cpu-tiny", overrides=sets, dataset=str(small_dataset), url=url,
+                        out=tmp_path, run_id="timeout", report=False, echo=lambda _: None)
+    assert time.monotonic() - started < 90
+    (point,) = load_run(run_dir).points
+    assert not point.valid
+    assert any("timed out after 20s" in r for r in point.invalid_reasons)
+    assert point.client_exit_code != 0
+    # Nothing of the client survives: its command line names this run's folder.
+    leftovers = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if str(run_dir) in cmd:
+                leftovers.append(entry.name)
+    assert leftovers == []
