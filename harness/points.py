@@ -235,21 +235,27 @@ def read_percentiles(point_dir: Path) -> list[dict[str, Any]]:
     return data if isinstance(data, list) else []
 
 
-def read_requests(point_dir: Path) -> list[RequestTiming]:
-    """Per-request monotonic timings from benchmark_data.db (table `result`)."""
+def _query_results_db(point_dir: Path, sql: str) -> list[tuple]:
+    """Rows of EvalScope's benchmark_data.db (read-only); [] when absent or unreadable."""
     path = point_dir / "benchmark_data.db"
     if not path.exists():
         return []
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        rows = con.execute(
-            "SELECT start_time, completed_time, success, prompt_tokens, completion_tokens "
-            "FROM result ORDER BY start_time"
-        ).fetchall()
+        return con.execute(sql).fetchall()
     except sqlite3.Error:
         return []
     finally:
         con.close()
+
+
+def read_requests(point_dir: Path) -> list[RequestTiming]:
+    """Per-request monotonic timings from benchmark_data.db (table `result`)."""
+    rows = _query_results_db(
+        point_dir,
+        "SELECT start_time, completed_time, success, prompt_tokens, completion_tokens "
+        "FROM result ORDER BY start_time",
+    )
     return [
         RequestTiming(float(s), float(c) if c is not None else None, bool(ok),
                       int(p) if p is not None else None, int(n) if n is not None else None)
@@ -259,19 +265,11 @@ def read_requests(point_dir: Path) -> list[RequestTiming]:
 
 def read_request_bodies(point_dir: Path) -> list[dict[str, Any]]:
     """Request JSON bodies with their usage, in start order (for the fidelity check)."""
-    path = point_dir / "benchmark_data.db"
-    if not path.exists():
-        return []
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        rows = con.execute(
-            "SELECT request, prompt_tokens, completion_tokens, success FROM result "
-            "ORDER BY start_time"
-        ).fetchall()
-    except sqlite3.Error:
-        return []
-    finally:
-        con.close()
+    rows = _query_results_db(
+        point_dir,
+        "SELECT request, prompt_tokens, completion_tokens, success FROM result "
+        "ORDER BY start_time",
+    )
     out = []
     for body, prompt, completion, ok in rows:
         try:

@@ -15,7 +15,7 @@ from typing import Any
 
 from harness.dataset.builder import BUILDER_VERSION, build_dataset, manifest_path_for
 from harness.dataset.recipe import Recipe, load_recipe, recipe_path
-from harness.dataset.sources import Source
+from harness.dataset.sources import Source, sha256_file
 from harness.dataset.tok import TokenizerHandle
 from harness.errors import DatasetError
 from harness.paths import cache_dir
@@ -39,14 +39,6 @@ class DatasetInfo:
     num_turns: int
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _local_stamp(spec: str) -> list[Any] | None:
     """(path, size, mtime) of a local source's files: cheap change detection for the cache key."""
     if spec == "synthetic" or not Path(spec).expanduser().exists():
@@ -68,7 +60,7 @@ def cache_key(recipe: Recipe, tok: TokenizerHandle) -> str:
 
 
 def _from_json(path: Path) -> DatasetInfo:
-    sha = _sha256_file(path)
+    sha = sha256_file(path)
     sidecar = manifest_path_for(path)
     manifest: dict[str, Any] = {}
     if sidecar.is_file():

@@ -18,7 +18,7 @@ from harness.errors import DatasetError
 LOCAL_SUFFIXES = (".parquet", ".jsonl", ".json")
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -104,7 +104,7 @@ class Source:
         if self.kind == "hub":
             info["revision"] = self.revision or "main (unpinned)"
         if self.kind == "local":
-            info["files"] = {str(p): _sha256_file(p) for p in self.files}
+            info["files"] = {str(p): sha256_file(p) for p in self.files}
         if self.kind == "synthetic":
             from harness.dataset import synthetic
 
