@@ -20,6 +20,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import signal
 import socket
 import sys
@@ -479,7 +480,7 @@ def _print_plan(echo: Echo, *, profile: Any, planned: list[PlannedPoint], ds: Da
     if url:
         echo(f"server: attach to {url}")
     else:
-        echo(f"server ({profile.build}): {' '.join(serve_cmd or [])}")
+        echo(f"server ({profile.build}): {shlex.join(serve_cmd or [])}")
     ds_where = ds.path if ds.path else f"{ds.manifest.get('recipe')} (not built yet)"
     echo(f"dataset: {ds_where}; {ds.num_conversations} conversations x {ds.num_turns} turns")
     echo(f"warm-up: {spec.warmup_requests} requests before each point; scrape every "
