@@ -1,6 +1,6 @@
 """Pad text: a pool of token ids vended as disjoint spans, and a random fallback.
 
-The pool is tokenized once. A span is vended only where both of its ends are pre-tokenizer
+The pool is tokenized once, by distinct word chunks where that is exact (see chunked.py). A span is vended only where both of its ends are pre-tokenizer
 boundaries (see TokenizerHandle.boundary_flags), so decoding it gives text that re-encodes to
 exactly the same number of tokens; the cursor skips the few ids needed to find such a start.
 """
@@ -13,12 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.dataset.chunked import WordChunkEncoder, ineligible_reason
 from harness.dataset.tok import TokenizerHandle
 
 # R1 markup replaced by a space before encoding (recipe.md §6.4 step 1).
 _THINK = re.compile(r"<\s*/?\s*think\s*>", re.IGNORECASE)
 _CONTROL = re.compile(r"<\|[^|\n]{0,64}\|>|<｜[^｜\n]{0,64}｜>")
-_ENCODE_BATCH_DOCS = 64
+_BATCH_CHARS = 8_000_000  # bounds the memory of one batch (~3 M tokens of prose)
+_CHECK_CHARS = 300_000  # word chunks are checked against whole documents on this much text
 
 
 def strip_markup(text: str) -> str:
@@ -43,9 +45,12 @@ class PadPool:
         self.target_tokens = target_tokens
         self.documents = 0
         self.removed_control_ids = 0
+        reason = ineligible_reason(tok)
+        chunker = WordChunkEncoder(tok) if reason is None else None
+        checked = False
         chunks: list[np.ndarray] = []
         breaks: list[np.ndarray] = []  # positions next to a removed control id: never cut there
-        doc_starts: list[int] = []
+        doc_starts: list[np.ndarray] = []
         total = 0
         batch: list[str] = []
         batch_chars = 0
@@ -53,20 +58,41 @@ class PadPool:
         control = tok.control_ids
 
         def flush() -> None:
-            nonlocal total, encoded_chars
-            encoded_chars += sum(len(text) for text in batch)
-            for ids in tok.encode(batch):
-                keep = ~np.isin(ids, control)
-                removed = int(len(ids) - keep.sum())
-                if removed:
-                    self.removed_control_ids += removed
-                    # position (in the kept sequence) where each removed id used to sit
-                    kept_before = np.cumsum(keep)[~keep]
-                    breaks.append(np.unique(kept_before) + total)
-                    ids = ids[keep]
-                doc_starts.append(total)
-                chunks.append(ids)
-                total += len(ids)
+            nonlocal total, encoded_chars, chunker, reason, checked
+            encoded_chars += batch_chars
+            if chunker is not None and not checked:
+                # First batch: word chunks must give exactly the whole-document ids.
+                checked = True
+                sample, size = [], 0
+                for doc in batch:
+                    if size >= _CHECK_CHARS:
+                        break
+                    sample.append(doc)
+                    size += len(doc)
+                problem = chunker.check(sample)
+                if problem is not None:
+                    reason = f"word chunks disagreed with whole documents: {problem}"
+                    chunker = None
+            if chunker is not None:
+                ids, starts = chunker.encode(batch)
+            else:
+                encoded = tok.encode(batch)
+                ids = np.concatenate(encoded)
+                starts = np.zeros(len(encoded), dtype=np.int64)
+                np.cumsum([len(e) for e in encoded[:-1]], out=starts[1:])
+            keep = ~np.isin(ids, control)
+            removed = int(len(ids) - keep.sum())
+            if removed:
+                self.removed_control_ids += removed
+                kept_before = np.zeros(len(ids) + 1, dtype=np.int64)
+                np.cumsum(keep, out=kept_before[1:])
+                # position (in the kept sequence) where each removed id used to sit
+                breaks.append(np.unique(kept_before[np.flatnonzero(~keep)]) + total)
+                starts = kept_before[starts]
+                ids = ids[keep]
+            doc_starts.append(starts + total)
+            chunks.append(ids)
+            total += len(ids)
             batch.clear()
 
         iterator = iter(texts)
@@ -84,19 +110,23 @@ class PadPool:
             # Stop batching once the batch likely covers what is missing (chars per token as
             # measured so far), so that little more than the target is ever encoded.
             chars_per_token = encoded_chars / total if total else 3.0
-            if len(batch) >= _ENCODE_BATCH_DOCS or (
+            if batch_chars >= _BATCH_CHARS or (
                 total + batch_chars / chars_per_token >= target_tokens
             ):
                 flush()
                 batch_chars = 0
         if batch:
             flush()
+        self.encoding = "word chunks" if chunker is not None else "whole documents"
+        self.encoding_note = reason
+        self.distinct_chunks = chunker.distinct_chunks if chunker is not None else None
         self.ids = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
         self.cuts = tok.safe_cuts(self.ids)
-        # Joins: where independently encoded text meets (document starts, removed ids). Only
-        # there can a decoded span tokenize differently from the ids it came from.
+        # Joins: where independently encoded documents meet, and removed ids. Only there can a
+        # decoded span tokenize differently from the ids it came from.
         self.joins = np.zeros(len(self.ids) + 1, dtype=bool)
-        self.joins[np.asarray(doc_starts, dtype=np.int64)] = True
+        if doc_starts:
+            self.joins[np.concatenate(doc_starts)] = True
         for positions in breaks:
             self.cuts[positions] = False
             self.joins[positions] = True
@@ -139,6 +169,9 @@ class PadPool:
             "used_tokens": int(self.cursor),
             "skipped_for_alignment": int(self.skipped),
             "removed_control_ids": self.removed_control_ids,
+            "encoding": self.encoding,
+            "encoding_note": self.encoding_note,
+            "distinct_chunks": self.distinct_chunks,
             "exhausted_requests": self.exhausted_requests,
         }
 
