@@ -3,9 +3,11 @@
 Local byte-level BPE tokenizer (the tiny tokenizer unless --tokenizer), local trajectories (a
 JSONL of synthetic OpenHands-like rows) and local pad text (a JSONL of synthetic reasoning traces,
 ~12 M tokens). Source generation is setup, not timed. Each build runs in its own process so its
-peak RSS is its own. Prints wall time, bare tokens/s, peak RSS and the builder's phase timings.
+peak RSS is its own. Prints wall time, bare tokens/s, peak RSS, the builder's phase timings, how
+the pad pool was encoded, and the verdict against the target (<= 15 s wall on 2 cores). With
+--verify, each output is then re-tokenized in full by `verify_file` (not timed).
 
-    /work/scratch/hv/bin/python benchmarks/bench_dataset.py [--pad-source openscience random]
+    .venv/bin/python benchmarks/bench_dataset.py [--pad-source openscience random] [--verify]
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ BLOG = {
     "seed": 42,
 }
 PAD_DOCS_TOKENS = 12_500_000
+TARGET_WALL_S = 15.0
 
 
 def _sources(work: Path, tokenizer: str) -> tuple[Path, Path]:
@@ -84,11 +87,30 @@ def _child(args: argparse.Namespace) -> None:
     )
 
 
+def _verify(path: Path, tokenizer: str) -> None:
+    """Independent full re-tokenization of every message (and every first turn's template)."""
+    from harness.dataset.tok import TokenizerHandle
+    from harness.dataset.verify import verify_file
+
+    started = time.perf_counter()
+    report = verify_file(path, TokenizerHandle(tokenizer), full_template=True)
+    check = report["template_full_check"]
+    print(
+        f"    verify (full, not timed, {time.perf_counter() - started:.1f} s): exact turns "
+        f"{report['exact_turns']}/{report['turns']}, max |drift| {report['max_abs_drift']}, "
+        f"turn-1 prompt_tokens match the template {report['prompt_tokens_turn1_match']}/"
+        f"{report['conversations']}, full-render disagreements {len(check['disagreements'])}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokenizer", default="tiny:tokenizer")
     parser.add_argument("--pad-source", nargs="+", default=["openscience", "random"])
     parser.add_argument("--work", type=Path, default=None, help="where sources and outputs go")
+    parser.add_argument(
+        "--verify", action="store_true", help="re-tokenize each output in full afterwards"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--trajectories", help=argparse.SUPPRESS)
     parser.add_argument("--pad-text", help=argparse.SUPPRESS)
@@ -142,7 +164,21 @@ def main() -> None:
         )
         print(f"    phases, wall (s): {manifest['timings_s']}")
         print(f"    phases, CPU (s):  {manifest['cpu_s']}")
+        pad = manifest["pad"]
+        if pad.get("encoding"):
+            print(
+                f"    pad pool: {pad['pool_tokens']:,} tokens from {pad['documents']} documents, "
+                f"encoded by {pad['encoding']}"
+                + (f" ({pad['distinct_chunks']:,} distinct)" if pad.get("distinct_chunks") else "")
+                + (f"; note: {pad['encoding_note']}" if pad.get("encoding_note") else "")
+            )
+        verdict = "met" if result["wall_s"] <= TARGET_WALL_S else "NOT met"
+        print(f"    target <= {TARGET_WALL_S:.0f} s wall: {verdict}")
         print(f"    load average after: {os.getloadavg()}")
+    # After all builds: a forked build child would inherit this process's peak RSS.
+    for pad_source in args.pad_source if args.verify else []:
+        print(f"pad-source {pad_source}:")
+        _verify(work / f"blog-{pad_source}.json", args.tokenizer)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from harness.dataset.tok import TokenizerHandle
 # R1 markup replaced by a space before encoding (recipe.md §6.4 step 1).
 _THINK = re.compile(r"<\s*/?\s*think\s*>", re.IGNORECASE)
 _CONTROL = re.compile(r"<\|[^|\n]{0,64}\|>|<｜[^｜\n]{0,64}｜>")
-_BATCH_CHARS = 8_000_000  # bounds the memory of one batch (~3 M tokens of prose)
+_BATCH_CHARS = 4_000_000  # bounds the memory of one batch (~1.5 M tokens of prose)
 _CHECK_CHARS = 300_000  # word chunks are checked against whole documents on this much text
 
 

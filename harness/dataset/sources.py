@@ -84,6 +84,7 @@ class Source:
         self.revision = revision
         self.role = role
         self.seed = seed
+        self.hub_backend: str | None = None  # which hub served the rows, once read
         path = Path(spec).expanduser()
         if spec == SYNTHETIC:
             self.kind = "synthetic"
@@ -103,6 +104,7 @@ class Source:
         info: dict[str, Any] = {"spec": self.spec, "kind": self.kind, "split": self.split}
         if self.kind == "hub":
             info["revision"] = self.revision or "main (unpinned)"
+            info["served_by"] = self.hub_backend
         if self.kind == "local":
             info["files"] = {str(p): sha256_file(p) for p in self.files}
         if self.kind == "synthetic":
@@ -124,35 +126,61 @@ class Source:
             else:
                 yield from synthetic.pad_documents(self.seed)
         else:
-            yield from _iter_hub(self.spec, self.split, self.revision, self.role)
+            yield from _iter_hub(self)
 
 
-def _iter_hub(spec: str, split: str, revision: str | None, role: str) -> Iterator[dict[str, Any]]:
-    """Hugging Face `datasets` (streaming, in order), then ModelScope, where a network exists."""
+def _open_datasets(spec: str, split: str, revision: str | None) -> Iterator[dict[str, Any]]:
+    from datasets import load_dataset
+
+    return iter(load_dataset(spec, split=split, revision=revision, streaming=True))
+
+
+def _open_modelscope(spec: str, split: str, revision: str | None) -> Iterator[dict[str, Any]]:
+    from modelscope import MsDataset
+
+    return iter(MsDataset.load(spec, split=split, version=revision))
+
+
+HUB_BACKENDS = {"datasets": _open_datasets, "modelscope": _open_modelscope}
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def _iter_hub(source: Source) -> Iterator[dict[str, Any]]:
+    """Rows from Hugging Face `datasets` (streaming, in order), else ModelScope. A backend is
+    chosen once its first row arrives; a failure after that is an error, never a silent switch
+    to the other hub (which would replay the first rows)."""
+    spec, split, revision, role = source.spec, source.split, source.revision, source.role
     errors: list[str] = []
-    try:
-        from datasets import load_dataset
-
-        dataset = load_dataset(spec, split=split, revision=revision, streaming=True)
-        yield from dataset
+    for name, open_rows in HUB_BACKENDS.items():
+        try:
+            rows = open_rows(spec, split, revision)
+            first = next(rows, None)
+        except Exception as exc:  # noqa: BLE001 - any failure means: try the next hub
+            errors.append(f"{name}: {_first_line(exc)}")
+            continue
+        if first is None:
+            errors.append(f"{name}: split {split!r} has no rows")
+            continue
+        source.hub_backend = name
+        yield first
+        count = 1
+        try:
+            for row in rows:
+                yield row
+                count += 1
+        except Exception as exc:
+            raise DatasetError(
+                f"{role} source {spec!r}: reading from {name} failed after {count} rows "
+                f"({_first_line(exc)})"
+            ) from exc
         return
-    except Exception as exc:  # noqa: BLE001
-        errors.append(
-            f"datasets: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        )
-    try:
-        from modelscope import MsDataset
-
-        dataset = MsDataset.load(spec, split=split, version=revision)
-        yield from dataset
-        return
-    except Exception as exc:  # noqa: BLE001
-        errors.append(
-            f"modelscope: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        )
     raise DatasetError(
-        f"{role} source {spec!r} (split {split!r}) could not be loaded from a hub "
-        f"({'; '.join(errors)}); pass a local parquet/JSONL file or 'synthetic'"
+        f"{role} source {spec!r} (split {split!r}, revision {revision or 'unpinned'}) could not "
+        f"be loaded from a hub ({'; '.join(errors)}); pass a local parquet/JSONL file or "
+        f"'synthetic'"
     )
 
 
