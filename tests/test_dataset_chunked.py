@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from harness.dataset import synthetic
 from harness.dataset.chunked import WordChunkEncoder, ineligible_reason
@@ -44,6 +44,44 @@ def test_word_chunks_give_exactly_the_whole_document_ids(tok):
     again, _ = encoder.encode(docs[::-1])
     assert encoder.distinct_chunks == seen
     assert np.array_equal(again, np.concatenate(whole[::-1]))
+
+
+# Split patterns of the cl100k / Llama-3 family (digits in threes) and of Qwen2 (single digits).
+SPLIT_PATTERNS = {
+    "llama3": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+}
+
+
+@pytest.mark.parametrize("pattern", sorted(SPLIT_PATTERNS))
+def test_word_chunks_are_exact_for_split_regex_tokenizers(tmp_path, pattern):
+    """Tokenizers built like the served models' (a Split regex, then byte-level BPE), trained
+    here on prose, code and awkward text."""
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(SPLIT_PATTERNS[pattern]), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    backend.decoder = decoders.ByteLevel()
+    docs = AWKWARD + [" " + synthetic.pad_document(13, i)["output"].strip() for i in range(8)]
+    code = [" " + synthetic.trajectory(13, i)["trajectory"][3]["content"].strip() for i in range(8)]
+    trainer = trainers.BpeTrainer(
+        vocab_size=1500, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    backend.train_from_iterator(docs + code, trainer)
+    out = tmp_path / pattern
+    out.mkdir()
+    backend.save(str(out / "tokenizer.json"))
+    regex_tok = TokenizerHandle(str(out))
+    assert ineligible_reason(regex_tok) is None
+    encoder = WordChunkEncoder(regex_tok)
+    assert encoder.check(docs + code) is None
+    ids, _starts = encoder.encode(docs + code)
+    assert np.array_equal(ids, np.concatenate(regex_tok.encode(docs + code)))
 
 
 def test_documents_must_start_with_a_space_and_text(tok):
