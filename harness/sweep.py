@@ -745,6 +745,8 @@ def _start_server(prof: Any, layout: RunLayout, url: str | None, echo: Echo,
 
 
 def _report(run_dir: Path, echo: Echo) -> None:
+    """The HTML report and the run's figures (HTML, PNG, SVG); a failure here is reported,
+    never fatal: the run's results are already written."""
     try:
         from harness.dashboard import write_report
     except ImportError:
@@ -755,6 +757,16 @@ def _report(run_dir: Path, echo: Echo) -> None:
         echo(f"report: {path}")
     except ReproError as exc:
         echo(f"report failed: {exc}")
+    from harness.export import write_run_figures
+
+    try:
+        written, skipped = write_run_figures(run_dir)
+    except ReproError as exc:
+        echo(f"figures failed: {exc}")
+        return
+    echo(f"figures: {', '.join(p.name for p in written)} in {run_dir / 'figures'}")
+    if skipped:
+        echo(f"figures: PNG/SVG skipped: {skipped}")
 
 
 # --------------------------------------------------------------------------- repro runs

@@ -33,6 +33,13 @@ def test_report_compare_and_figure_on_real_sweeps(server_factory, tmp_path: Path
     # `repro sweep` itself leaves a dashboard for its run.
     auto = tmp_path / "dashboards" / "base.html"
     assert f"report: {auto}" in said and auto.is_file()
+    # ...and its figures: interactive HTML plus PNG and SVG for both figure definitions.
+    figures = runs[0] / "figures"
+    assert sorted(p.name for p in figures.iterdir()) == sorted(
+        f"{stem}.{fmt}" for stem in ("pareto", "pareto-bench-sweep")
+        for fmt in ("html", "png", "svg"))
+    Image.open(figures / "pareto.png").verify()
+    assert "c2" in (figures / "pareto.svg").read_text(encoding="utf-8")
 
     runner = CliRunner()
     out = tmp_path / "pr.html"

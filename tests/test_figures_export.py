@@ -12,7 +12,14 @@ from PIL import Image, ImageStat
 from test_figures_crafted import published_points, write_run
 
 from harness.cli import cli
-from harness.export import EXPORT_HEIGHT, EXPORT_WIDTH, PNG_SCALE, ExportError, find_browser
+from harness.export import (
+    EXPORT_HEIGHT,
+    EXPORT_WIDTH,
+    PNG_SCALE,
+    ExportError,
+    find_browser,
+    write_run_figures,
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +74,33 @@ def test_unknown_format_is_rejected(run_dir: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["figure", str(run_dir), "--out", str(tmp_path / "f.jpg")])
     assert result.exit_code != 0
     assert "unknown figure format '.jpg'" in str(result.exception)
+
+
+def test_run_figures_in_every_format(run_dir: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    written, skipped = write_run_figures(run)
+    assert skipped is None
+    names = sorted(p.name for p in written)
+    assert names == sorted(f"{stem}.{fmt}" for stem in ("pareto", "pareto-bench-sweep")
+                           for fmt in ("html", "png", "svg"))
+    assert sorted(p.name for p in (run / "figures").iterdir()) == names  # no temp files left
+    for stem in ("pareto", "pareto-bench-sweep"):
+        image = Image.open(run / "figures" / f"{stem}.png").convert("L")
+        assert image.size == (EXPORT_WIDTH * PNG_SCALE, EXPORT_HEIGHT * PNG_SCALE)
+        assert ImageStat.Stat(image).stddev[0] > 10
+    svg = (run / "figures" / "pareto-bench-sweep.svg").read_text(encoding="utf-8")
+    assert "Output tokens/s per user" in svg and "vLLM bench sweep definition" in svg
+
+
+def test_run_figures_without_a_browser_keep_the_html(run_dir: Path, tmp_path: Path,
+                                                     monkeypatch) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("BROWSER_PATH", raising=False)
+    written, skipped = write_run_figures(run)
+    assert sorted(p.name for p in written) == ["pareto-bench-sweep.html", "pareto.html"]
+    assert skipped is not None and "apt-get install -y chromium" in skipped
+    assert sorted(p.name for p in (run / "figures").iterdir()) == sorted(
+        p.name for p in written)

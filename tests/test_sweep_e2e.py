@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import requests
+from procs import children
 
 from harness.errors import RunError
 from harness.results import load_run
@@ -222,18 +223,9 @@ def test_repeats_record_median_and_ci(server_factory, tmp_path):
 
 def _server_group(port: int) -> int | None:
     """Process group of the vLLM server this test process launched on `port` (via /proc)."""
-    me = os.getpid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == me and " serve " in cmd and f" --port {port} " in f"{cmd} ":
-            return os.getpgid(int(entry.name))
+    for pgid, cmd in children(os.getpid()).values():
+        if " serve " in cmd and f" --port {port} " in f"{cmd} ":
+            return pgid
     return None
 
 

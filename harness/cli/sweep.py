@@ -39,7 +39,7 @@ def register(group: click.Group) -> None:
               help="Only these points (labels like c8), with the offsets of the full sweep.")
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
               help="Serve on this port instead of the profile's (launched server only).")
-@click.option("--no-report", is_flag=True, help="Skip the HTML report at the end.")
+@click.option("--no-report", is_flag=True, help="Skip the HTML report and the figures at the end.")
 def sweep(profile: str, dataset: str | None, url: str | None, out: Path | None,
           run_id: str | None, resume: Path | None, dry_run: bool, fail_fast: bool,
           overrides: tuple[str, ...], repeats: int, only_points: str | None,
