@@ -538,6 +538,10 @@ def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | Non
         manifest = read_manifest(resume)
         if manifest.status == "complete":
             raise RunError(f"{resume}: run is complete; a finished run is never overwritten")
+        given = None if profile is None else getattr(profile, "name", str(profile))
+        if given is not None and manifest.profile_name not in (given, Path(given).stem):
+            raise RunError(f"{resume}: the run used profile {manifest.profile_name!r}, not "
+                           f"{profile!r}; --resume takes the run's own profile (omit --profile)")
         from harness.profiles import Profile
 
         prof = Profile.model_validate(manifest.profile)

@@ -240,3 +240,32 @@ def test_point_timeout_kills_the_client_group_and_invalidates(fake_server, small
             if str(run_dir) in cmd:
                 leftovers.append(entry.name)
     assert leftovers == []
+
+
+def test_resume_from_the_cli_needs_no_profile_and_refuses_another(fake_server, small_dataset,
+                                                                  tmp_path):
+    from click.testing import CliRunner
+
+    from harness.cli import cli
+
+    runner = CliRunner()
+    result = runner.invoke(cli, ["sweep"])
+    assert result.exit_code == 2 and "--resume RUN_DIR" in result.output
+
+    def interrupt_after_first_point(msg: str) -> None:
+        if msg.startswith("  p001-n0001-r0: "):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep("cpu-tiny", overrides=SETS, dataset=str(small_dataset), url=fake_server(),
+                  out=tmp_path, run_id="cut", report=False, echo=interrupt_after_first_point)
+    run = tmp_path / "cut"
+    assert load_run(run).manifest.status == "partial"
+    result = runner.invoke(cli, ["sweep", "--resume", str(run), "--profile", "cpu-tiny-mtp"])
+    assert result.exit_code != 0
+    assert "the run used profile 'cpu-tiny'" in str(result.exception)
+    result = runner.invoke(cli, ["sweep", "--resume", str(run), "--no-report"])
+    assert result.exit_code == 0, result.output
+    finished = load_run(run)
+    assert finished.manifest.status == "complete"
+    assert sorted(p.point_id for p in finished.points) == ["p001-n0001-r0", "p002-n0002-r0"]

@@ -14,8 +14,9 @@ def register(group: click.Group) -> None:
 
 
 @click.command()
-@click.option("--profile", "profile", required=True,
-              help="Profile name (launch/profiles/<name>.yaml) or a profile YAML path.")
+@click.option("--profile", "profile", default=None,
+              help="Profile name (launch/profiles/<name>.yaml) or a profile YAML path "
+                   "(required unless --resume, which takes the run's own).")
 @click.option("--dataset", default=None, metavar="RECIPE|FILE",
               help="Dataset recipe name/path or a built swe_smith JSON (default: the profile's).")
 @click.option("--url", default=None,
@@ -40,7 +41,7 @@ def register(group: click.Group) -> None:
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
               help="Serve on this port instead of the profile's (launched server only).")
 @click.option("--no-report", is_flag=True, help="Skip the HTML report and the figures at the end.")
-def sweep(profile: str, dataset: str | None, url: str | None, out: Path | None,
+def sweep(profile: str | None, dataset: str | None, url: str | None, out: Path | None,
           run_id: str | None, resume: Path | None, dry_run: bool, fail_fast: bool,
           overrides: tuple[str, ...], repeats: int, only_points: str | None,
           port: int | None, no_report: bool) -> None:
@@ -54,9 +55,12 @@ def sweep(profile: str, dataset: str | None, url: str | None, out: Path | None,
       repro sweep --profile hisparse384 --dry-run
       repro sweep --profile cpu-tiny --set serve.num-gpu-blocks-override=16 --repeats 3
       repro sweep --profile cpu-tiny --url http://127.0.0.1:8000 --points c1,c8
-      repro sweep --profile cpu-tiny --resume results/cpu-tiny-20260101-000000
+      repro sweep --resume results/cpu-tiny-20260101-000000
     """
     from harness.sweep import run_sweep
+
+    if profile is None and resume is None:
+        raise click.UsageError("Missing option '--profile' (or --resume RUN_DIR to continue a run)")
 
     if url and port:
         raise click.UsageError("--port applies to a launched server; --url already names one")
