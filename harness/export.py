@@ -74,8 +74,12 @@ def export_figures(items: Sequence[tuple[go.Figure, Path]]) -> list[Path]:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.suffix.lower() == ".html":
-            atomic_write_text(path, pio.to_html(fig, include_plotlyjs=True, full_html=True,
-                                                config={"displaylogo": False}))
+            atomic_write_text(
+                path,
+                pio.to_html(
+                    fig, include_plotlyjs=True, full_html=True, config={"displaylogo": False}
+                ),
+            )
     if not static:
         return [Path(path) for _fig, path in items]
     previous = os.environ.get("BROWSER_PATH")
@@ -83,18 +87,22 @@ def export_figures(items: Sequence[tuple[go.Figure, Path]]) -> list[Path]:
     tmps = [path.with_name(f".{path.name}.tmp.{suffix}") for _fig, path, suffix in static]
     try:
         pio.write_images(
-            [fig for fig, _path, _suffix in static], [str(tmp) for tmp in tmps],
+            [fig for fig, _path, _suffix in static],
+            [str(tmp) for tmp in tmps],
             format=[suffix for _fig, _path, suffix in static],
-            width=EXPORT_WIDTH, height=EXPORT_HEIGHT,
-            scale=[PNG_SCALE if suffix == "png" else 1 for _fig, _path, suffix in static])
+            width=EXPORT_WIDTH,
+            height=EXPORT_HEIGHT,
+            scale=[PNG_SCALE if suffix == "png" else 1 for _fig, _path, suffix in static],
+        )
         for tmp, (_fig, path, _suffix) in zip(tmps, static, strict=True):
             os.replace(tmp, path)
     except ReproError:
         raise
     except Exception as exc:  # kaleido/choreographer raise many types; name the browser used
         names = ", ".join(str(path) for _fig, path, _suffix in static)
-        raise ExportError(f"{names}: export with {browser} failed ({type(exc).__name__}: "
-                          f"{exc}); {INSTALL_HINT}") from exc
+        raise ExportError(
+            f"{names}: export with {browser} failed ({type(exc).__name__}: {exc}); {INSTALL_HINT}"
+        ) from exc
     finally:
         for tmp in tmps:
             tmp.unlink(missing_ok=True)
@@ -125,8 +133,12 @@ def write_run_figures(run_dir: Path, *, static: bool = True) -> tuple[list[Path]
         return written, "not asked for"
     try:
         written += export_figures(
-            [(fig, out / f"{stem}.{fmt}") for stem, fig in figures.items()
-             for fmt in STATIC_FORMATS])
+            [
+                (fig, out / f"{stem}.{fmt}")
+                for stem, fig in figures.items()
+                for fmt in STATIC_FORMATS
+            ]
+        )
     except ExportError as exc:
         return written, str(exc)
     return written, None

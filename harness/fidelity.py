@@ -27,8 +27,11 @@ def _conversation_key(messages: list[dict[str, Any]]) -> str:
     return hashlib.sha1(json.dumps(first, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def check_fidelity(rows: list[dict[str, Any]], *, expected_turn_tokens: int | None = None,
-                   ) -> dict[str, Any]:
+def check_fidelity(
+    rows: list[dict[str, Any]],
+    *,
+    expected_turn_tokens: int | None = None,
+) -> dict[str, Any]:
     """rows: {"request": body, "prompt_tokens", "completion_tokens", "success"} in start order."""
     turns: dict[str, list[tuple[int, int | None, int | None]]] = defaultdict(list)
     empty_assistant = 0
@@ -42,7 +45,8 @@ def check_fidelity(rows: list[dict[str, Any]], *, expected_turn_tokens: int | No
         empty_assistant += sum(1 for m in assistants if not str(m.get("content") or "").strip())
         user_turns = sum(1 for m in messages if m.get("role") == "user")
         turns[_conversation_key(messages)].append(
-            (user_turns, row.get("prompt_tokens"), row.get("completion_tokens")))
+            (user_turns, row.get("prompt_tokens"), row.get("completion_tokens"))
+        )
 
     residuals: list[int] = []
     short_growth = 0
@@ -63,22 +67,27 @@ def check_fidelity(rows: list[dict[str, Any]], *, expected_turn_tokens: int | No
         "empty_assistant_messages": empty_assistant,
         "short_growth_turns": short_growth,
         "turn_residual_tokens": (
-            {"min": min(residuals), "mean": sum(residuals) / len(residuals),
-             "max": max(residuals)} if residuals else None),
+            {"min": min(residuals), "mean": sum(residuals) / len(residuals), "max": max(residuals)}
+            if residuals
+            else None
+        ),
         "expected_turn_tokens": expected_turn_tokens,
     }
     warnings: list[str] = []
     if empty_assistant:
         warnings.append(
             f"{empty_assistant} of {assistant_total} replayed assistant turns were empty "
-            "(server streams delta.reasoning? the pinned client drops it)")
+            "(server streams delta.reasoning? the pinned client drops it)"
+        )
     if short_growth:
         warnings.append(f"{short_growth} turns grew by less than the previous reply")
     if residuals and expected_turn_tokens:
         mean = sum(residuals) / len(residuals)
         if mean < expected_turn_tokens - _SLACK_TOKENS:
-            warnings.append(f"mean new-turn growth {mean:.0f} tokens < the dataset's "
-                            f"{expected_turn_tokens}-token subsequent turns")
+            warnings.append(
+                f"mean new-turn growth {mean:.0f} tokens < the dataset's "
+                f"{expected_turn_tokens}-token subsequent turns"
+            )
     result["warnings"] = warnings
     result["ok"] = not warnings
     return result

@@ -185,8 +185,9 @@ def run_series(runs: Sequence[Run]) -> list[Series]:
         name = manifest.run_id
         if manifest.profile_name and manifest.profile_name not in name:
             name = f"{name} ({manifest.profile_name})"
-        out.append(Series(name=name, points=series_points(run), build=build_label(manifest.build),
-                          run=run))
+        out.append(
+            Series(name=name, points=series_points(run), build=build_label(manifest.build), run=run)
+        )
     return out
 
 
@@ -199,8 +200,16 @@ def load_published(path: Path | None = None) -> tuple[dict[str, Any], list[Serie
         raise ConfigError(f"{path}: published reference file missing") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc})") from None
-    allowed_top = {"name", "title", "source", "uncertainty", "definitions", "gpus", "workload",
-                   "series"}
+    allowed_top = {
+        "name",
+        "title",
+        "source",
+        "uncertainty",
+        "definitions",
+        "gpus",
+        "workload",
+        "series",
+    }
     if not isinstance(data, dict) or not isinstance(data.get("series"), list):
         raise ConfigError(f"{path}: expected a mapping with a 'series' list")
     if unknown := set(data) - allowed_top:
@@ -212,19 +221,38 @@ def load_published(path: Path | None = None) -> tuple[dict[str, Any], list[Serie
             raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}")
         points = []
         for j, raw in enumerate(entry.get("points") or []):
-            allowed = {"label", "parallel", "number", "interactivity", "throughput_per_gpu",
-                       "occupancy"}
+            allowed = {
+                "label",
+                "parallel",
+                "number",
+                "interactivity",
+                "throughput_per_gpu",
+                "occupancy",
+            }
             if unknown := set(raw) - allowed:
                 raise ConfigError(f"{where}.points[{j}]: unknown key(s) {sorted(unknown)}")
             try:
                 values = {key: _finite(raw.get(key)) for key in METRICS}
-                points.append(SeriesPoint(label=str(raw["label"]), parallel=int(raw["parallel"]),
-                                          number=int(raw["number"]), values=values))
+                points.append(
+                    SeriesPoint(
+                        label=str(raw["label"]),
+                        parallel=int(raw["parallel"]),
+                        number=int(raw["number"]),
+                        values=values,
+                    )
+                )
             except KeyError as exc:
                 raise ConfigError(f"{where}.points[{j}]: missing key {exc}") from None
-        series.append(Series(name=f"published · {entry['name']}", points=points, published=True,
-                             build=entry.get("build"), color=entry.get("color"),
-                             marker=entry.get("marker")))
+        series.append(
+            Series(
+                name=f"published · {entry['name']}",
+                points=points,
+                published=True,
+                build=entry.get("build"),
+                color=entry.get("color"),
+                marker=entry.get("marker"),
+            )
+        )
     return data, series
 
 
@@ -268,7 +296,7 @@ def _workload(run: Run) -> str:
 
 
 def run_title(run: Run) -> str:
-    """"model · workload · TPn[ DPn] · N× GPU" from the run's manifest."""
+    """ "model · workload · TPn[ DPn] · N× GPU" from the run's manifest."""
     manifest = run.manifest
     serve = _serve(run)
     model = serve.get("served-model-name") or manifest.profile.get("model") or "model"
@@ -299,8 +327,10 @@ def footnote(runs: Sequence[Run], definition: str) -> str:
     if turns and max_tokens:
         turn_text = "/".join(str(t) for t in sorted(turns))
         tokens = "/".join(str(t) for t in sorted(max_tokens))
-        facts.append(f"Each point: {turn_text}-turn workload, "
-                     f"{'fixed ' if fixed else 'up to '}{tokens}-token outputs.")
+        facts.append(
+            f"Each point: {turn_text}-turn workload, "
+            f"{'fixed ' if fixed else 'up to '}{tokens}-token outputs."
+        )
     if definition == "blog":
         facts.append("Throughput includes logical prefix-cached prompt tokens.")
     else:
@@ -322,8 +352,9 @@ def _escape(text: str) -> str:
     return html.escape(text, quote=False)
 
 
-def _merged_labels(xs: list[float | None], ys: list[float | None], labels: list[str],
-                   span_x: float, span_y: float) -> list[str]:
+def _merged_labels(
+    xs: list[float | None], ys: list[float | None], labels: list[str], span_x: float, span_y: float
+) -> list[str]:
     """Labels with overlapping points merged: the first of a cluster shows "c24/c32"."""
     out = [""] * len(labels)
     taken = [False] * len(labels)
@@ -334,8 +365,10 @@ def _merged_labels(xs: list[float | None], ys: list[float | None], labels: list[
         for j in range(i + 1, len(labels)):
             if taken[j] or xs[j] is None or ys[j] is None:
                 continue
-            if (abs(xs[j] - xs[i]) <= LABEL_MERGE_FRACTION * span_x
-                    and abs(ys[j] - ys[i]) <= LABEL_MERGE_FRACTION * span_y):
+            if (
+                abs(xs[j] - xs[i]) <= LABEL_MERGE_FRACTION * span_x
+                and abs(ys[j] - ys[i]) <= LABEL_MERGE_FRACTION * span_y
+            ):
                 cluster.append(j)
         for j in cluster:
             taken[j] = True
@@ -355,8 +388,14 @@ def _error(points: list[SeriesPoint], key: str) -> dict[str, Any] | None:
         else:
             plus.append(max(bounds[1] - value, 0.0))
             minus.append(max(value - bounds[0], 0.0))
-    return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus,
-            "thickness": 1.2, "width": 3}
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": plus,
+        "arrayminus": minus,
+        "thickness": 1.2,
+        "width": 3,
+    }
 
 
 def _hover(point: SeriesPoint, series: Series, xk: str, yk: str) -> str:
@@ -390,29 +429,46 @@ def _published_visible(runs: Sequence[Run], published: list[Series], yk: str) ->
     return max(mine) * 10 >= max(theirs)
 
 
-def pareto_figure(runs: Sequence[Run], *, published: bool = True, definition: str = "blog",
-                  title: str | None = None, published_visible: bool | None = None,
-                  published_path: Path | None = None) -> go.Figure:
+def pareto_figure(
+    runs: Sequence[Run],
+    *,
+    published: bool = True,
+    definition: str = "blog",
+    title: str | None = None,
+    published_visible: bool | None = None,
+    published_path: Path | None = None,
+) -> go.Figure:
     """The two-panel figure for `runs` (one series each), published MTP3 arms overlaid.
 
     `published_visible=None` shows the published traces unless the runs are CPU runs or their
     throughput is more than 10x below them; hidden traces stay in the legend (click to show).
     """
     if definition not in DEFINITIONS:
-        raise ConfigError(f"unknown figure definition {definition!r}; "
-                          f"choose one of {', '.join(DEFINITIONS)}")
+        raise ConfigError(
+            f"unknown figure definition {definition!r}; choose one of {', '.join(DEFINITIONS)}"
+        )
     spec = DEFINITIONS[definition]
     xk, yk = spec["x"], spec["y"]
     all_series = [(s, i) for i, s in enumerate(run_series(runs))]
     reference: list[Series] = []
     if published and definition == "blog":  # the blog published only its own definition
         _, reference = load_published(published_path)
-    visible_ref = (published_visible if published_visible is not None
-                   else _published_visible(runs, reference, yk))
+    visible_ref = (
+        published_visible
+        if published_visible is not None
+        else _published_visible(runs, reference, yk)
+    )
 
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.66, 0.34], vertical_spacing=0.12,
-                        subplot_titles=("Interactivity vs throughput per GPU (" + spec["subtitle"]
-                                        + ")", "Requests actually running during each point"))
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        row_heights=[0.66, 0.34],
+        vertical_spacing=0.12,
+        subplot_titles=(
+            "Interactivity vs throughput per GPU (" + spec["subtitle"] + ")",
+            "Requests actually running during each point",
+        ),
+    )
     span_points = [(p.values.get(xk), p.values.get(yk)) for s, _ in all_series for p in s.points]
     if visible_ref:
         span_points += [(p.values.get(xk), p.values.get(yk)) for s in reference for p in s.points]
@@ -421,106 +477,233 @@ def pareto_figure(runs: Sequence[Run], *, published: bool = True, definition: st
     span_x = (max(xs_all) - min(min(xs_all), 0.0)) if xs_all else 1.0
     span_y = (max(ys_all) - min(min(ys_all), 0.0)) if ys_all else 1.0
 
-    categories = sorted({p.parallel for s, _ in all_series for p in s.points}
-                        | ({p.parallel for s in reference for p in s.points}))
+    categories = sorted(
+        {p.parallel for s, _ in all_series for p in s.points}
+        | ({p.parallel for s in reference for p in s.points})
+    )
     for series, index in all_series:
         color, marker = STYLES[index % len(STYLES)]
         _add_series(fig, series, color, marker, xk, yk, span_x, span_y, visible=True)
     for series in reference:
-        _add_series(fig, series, series.color or "#888888", series.marker or "circle", xk, yk,
-                    span_x, span_y, visible=True if visible_ref else "legendonly")
+        _add_series(
+            fig,
+            series,
+            series.color or "#888888",
+            series.marker or "circle",
+            xk,
+            yk,
+            span_x,
+            span_y,
+            visible=True if visible_ref else "legendonly",
+        )
 
     fig.update_xaxes(title_text=spec["x_title"], rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text=spec["y_title"], rangemode="tozero", row=1, col=1)
-    fig.update_xaxes(title_text="Configured concurrency", type="category",
-                     categoryorder="array", categoryarray=[str(c) for c in categories],
-                     row=2, col=1)
+    fig.update_xaxes(
+        title_text="Configured concurrency",
+        type="category",
+        categoryorder="array",
+        categoryarray=[str(c) for c in categories],
+        row=2,
+        col=1,
+    )
     fig.update_yaxes(title_text="Mean requests running", rangemode="tozero", row=2, col=1)
     note = footnote(runs, definition) if runs else ""
     if reference and not visible_ref:
-        note += (" Published values (8× H200) are far above this run's scale:"
-                 " click them in the legend to show.")
+        note += (
+            " Published values (8× H200) are far above this run's scale:"
+            " click them in the legend to show."
+        )
     elif published and definition != "blog":
         note += " The blog published only its own definition; no published overlay here."
     fig.update_layout(
-        title={"text": _escape(title or (figure_title(runs) if runs else "published reference")),
-               "x": 0.01},
-        barmode="group", template="plotly_white", height=880, margin={"t": 80, "b": 130},
+        title={
+            "text": _escape(title or (figure_title(runs) if runs else "published reference")),
+            "x": 0.01,
+        },
+        barmode="group",
+        template="plotly_white",
+        height=880,
+        margin={"t": 80, "b": 130},
         legend={"x": 1.02, "y": 1, "xanchor": "left", "font": {"size": 11}},
         meta={"definition": definition, "footnote": note},
     )
     if note:
         lines = textwrap.wrap(_escape(note), 150, break_long_words=False, break_on_hyphens=False)
         wrapped = "<br>".join(lines)
-        fig.add_annotation(text=wrapped, xref="paper", yref="paper", x=0, y=-0.085,
-                           showarrow=False, align="left", font={"size": 11, "color": "#555"},
-                           xanchor="left", yanchor="top")
-    if not any(p.values.get(xk) is not None and p.values.get(yk) is not None
-               for s, _ in all_series for p in s.points):
-        fig.add_annotation(text=f"no point of these runs has {xk} and {yk}", xref="x domain",
-                           yref="y domain", x=0.5, y=0.5, showarrow=False,
-                           font={"size": 14, "color": "#b00020"})
+        fig.add_annotation(
+            text=wrapped,
+            xref="paper",
+            yref="paper",
+            x=0,
+            y=-0.085,
+            showarrow=False,
+            align="left",
+            font={"size": 11, "color": "#555"},
+            xanchor="left",
+            yanchor="top",
+        )
+    if not any(
+        p.values.get(xk) is not None and p.values.get(yk) is not None
+        for s, _ in all_series
+        for p in s.points
+    ):
+        fig.add_annotation(
+            text=f"no point of these runs has {xk} and {yk}",
+            xref="x domain",
+            yref="y domain",
+            x=0.5,
+            y=0.5,
+            showarrow=False,
+            font={"size": 14, "color": "#b00020"},
+        )
     return fig
 
 
-def _add_series(fig: go.Figure, series: Series, color: str, marker: str, xk: str, yk: str,
-                span_x: float, span_y: float, *, visible: bool | str) -> None:
+def _add_series(
+    fig: go.Figure,
+    series: Series,
+    color: str,
+    marker: str,
+    xk: str,
+    yk: str,
+    span_x: float,
+    span_y: float,
+    *,
+    visible: bool | str,
+) -> None:
     name = _escape(series.name)
     group = f"{'pub' if series.published else 'run'}:{series.name}"
-    ok = [p for p in series.points if p.valid and p.values.get(xk) is not None
-          and p.values.get(yk) is not None]
-    bad = [p for p in series.points if not p.valid and p.values.get(xk) is not None
-           and p.values.get(yk) is not None]
+    ok = [
+        p
+        for p in series.points
+        if p.valid and p.values.get(xk) is not None and p.values.get(yk) is not None
+    ]
+    bad = [
+        p
+        for p in series.points
+        if not p.valid and p.values.get(xk) is not None and p.values.get(yk) is not None
+    ]
     xs = [p.values[xk] for p in ok]
     ys = [p.values[yk] for p in ok]
     meta = {"series": series.name, "published": series.published}
     dash = "dot" if series.published else "solid"
     common = {"legendgroup": group, "visible": visible}
 
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{name} · sweep order",
-                             line={"color": color, "width": 1, "dash": dash}, opacity=0.35,
-                             hoverinfo="skip", showlegend=False,
-                             meta={**meta, "role": "sweep"}, **common), row=1, col=1)
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            mode="lines",
+            name=f"{name} · sweep order",
+            line={"color": color, "width": 1, "dash": dash},
+            opacity=0.35,
+            hoverinfo="skip",
+            showlegend=False,
+            meta={**meta, "role": "sweep"},
+            **common,
+        ),
+        row=1,
+        col=1,
+    )
     order = frontier_path(list(zip(xs, ys, strict=True)))
-    fig.add_trace(go.Scatter(x=[xs[i] for i in order], y=[ys[i] for i in order], mode="lines",
-                             name=f"{name} · Pareto frontier",
-                             line={"color": color, "width": 3.2, "dash": dash},
-                             hoverinfo="skip", showlegend=False,
-                             meta={**meta, "role": "frontier"}, **common), row=1, col=1)
+    fig.add_trace(
+        go.Scatter(
+            x=[xs[i] for i in order],
+            y=[ys[i] for i in order],
+            mode="lines",
+            name=f"{name} · Pareto frontier",
+            line={"color": color, "width": 3.2, "dash": dash},
+            hoverinfo="skip",
+            showlegend=False,
+            meta={**meta, "role": "frontier"},
+            **common,
+        ),
+        row=1,
+        col=1,
+    )
     on_frontier = frontier_mask(list(zip(xs, ys, strict=True)))
-    fig.add_trace(go.Scatter(
-        x=xs, y=ys, mode="markers+text", name=name,
-        text=_merged_labels(xs, ys, [p.label for p in ok], span_x, span_y),
-        textposition="top right", textfont={"size": 11, "color": color},
-        marker={"color": "white" if series.published else color, "symbol": marker, "size": 10,
-                "line": {"color": color, "width": 2}},
-        error_x=_error(ok, xk), error_y=_error(ok, yk),
-        hovertext=[_hover(p, series, xk, yk) for p in ok], hoverinfo="text",
-        customdata=[[p.label, ",".join(p.point_ids), on]
-                    for p, on in zip(ok, on_frontier, strict=True)],
-        meta={**meta, "role": "points"}, **common), row=1, col=1)
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            mode="markers+text",
+            name=name,
+            text=_merged_labels(xs, ys, [p.label for p in ok], span_x, span_y),
+            textposition="top right",
+            textfont={"size": 11, "color": color},
+            marker={
+                "color": "white" if series.published else color,
+                "symbol": marker,
+                "size": 10,
+                "line": {"color": color, "width": 2},
+            },
+            error_x=_error(ok, xk),
+            error_y=_error(ok, yk),
+            hovertext=[_hover(p, series, xk, yk) for p in ok],
+            hoverinfo="text",
+            customdata=[
+                [p.label, ",".join(p.point_ids), on] for p, on in zip(ok, on_frontier, strict=True)
+            ],
+            meta={**meta, "role": "points"},
+            **common,
+        ),
+        row=1,
+        col=1,
+    )
     if bad:
-        fig.add_trace(go.Scatter(
-            x=[p.values[xk] for p in bad], y=[p.values[yk] for p in bad], mode="markers+text",
-            name=f"{name} · invalid", text=[f"{p.label} ✗" for p in bad],
-            textposition="bottom right", textfont={"size": 10, "color": "#b00020"},
-            marker={"color": "rgba(0,0,0,0)", "symbol": "x-open", "size": 12,
-                    "line": {"color": "#b00020", "width": 2}},
-            hovertext=[_hover(p, series, xk, yk) for p in bad], hoverinfo="text",
-            meta={**meta, "role": "invalid"}, **common), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=[p.values[xk] for p in bad],
+                y=[p.values[yk] for p in bad],
+                mode="markers+text",
+                name=f"{name} · invalid",
+                text=[f"{p.label} ✗" for p in bad],
+                textposition="bottom right",
+                textfont={"size": 10, "color": "#b00020"},
+                marker={
+                    "color": "rgba(0,0,0,0)",
+                    "symbol": "x-open",
+                    "size": 12,
+                    "line": {"color": "#b00020", "width": 2},
+                },
+                hovertext=[_hover(p, series, xk, yk) for p in bad],
+                hoverinfo="text",
+                meta={**meta, "role": "invalid"},
+                **common,
+            ),
+            row=1,
+            col=1,
+        )
 
     occ = [p for p in series.points if p.values.get("occupancy") is not None]
-    fig.add_trace(go.Bar(
-        x=[str(p.parallel) for p in occ], y=[p.values["occupancy"] for p in occ], name=name,
-        text=[f"{p.values['occupancy']:.1f}" + ("" if p.valid else " ✗") for p in occ],
-        textposition="outside", cliponaxis=False, showlegend=False,
-        marker={"color": color, "opacity": 0.45 if series.published else 0.9,
+    fig.add_trace(
+        go.Bar(
+            x=[str(p.parallel) for p in occ],
+            y=[p.values["occupancy"] for p in occ],
+            name=name,
+            text=[f"{p.values['occupancy']:.1f}" + ("" if p.valid else " ✗") for p in occ],
+            textposition="outside",
+            cliponaxis=False,
+            showlegend=False,
+            marker={
+                "color": color,
+                "opacity": 0.45 if series.published else 0.9,
                 "pattern": {"shape": "/" if series.published else ""},
-                "line": {"color": ["#b00020" if not p.valid else color for p in occ],
-                         "width": [2.5 if not p.valid else 0.5 for p in occ]}},
-        error_y=_error(occ, "occupancy"),
-        hovertext=[_hover(p, series, xk, yk) for p in occ], hoverinfo="text",
-        meta={**meta, "role": "occupancy"}, **common), row=2, col=1)
+                "line": {
+                    "color": ["#b00020" if not p.valid else color for p in occ],
+                    "width": [2.5 if not p.valid else 0.5 for p in occ],
+                },
+            },
+            error_y=_error(occ, "occupancy"),
+            hovertext=[_hover(p, series, xk, yk) for p in occ],
+            hoverinfo="text",
+            meta={**meta, "role": "occupancy"},
+            **common,
+        ),
+        row=2,
+        col=1,
+    )
 
 
 def traces_by_role(fig: go.Figure, role: str, *, published: bool | None = None) -> list[Any]:

@@ -61,4 +61,3 @@ def frontier_path(points: Sequence[tuple[float | None, float | None]]) -> list[i
             key = (float(points[i][0]), float(points[i][1]))  # type: ignore[arg-type]
             chosen.setdefault(key, i)
     return [chosen[key] for key in sorted(chosen, key=lambda k: (k[0], -k[1]))]
-

@@ -73,10 +73,36 @@ CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
 
 # Host facts that identify the hardware (not its current load). Unknown layouts fall back to
 # the whole host record minus obviously volatile entries.
-_HARDWARE_HINTS = ("cpu", "core", "gpu", "nvidia", "model", "machine", "arch", "mem_total",
-                   "ram", "memory_total", "platform")
-_VOLATILE_HINTS = ("free", "avail", "used", "util", "temp", "load", "uptime", "time", "pid",
-                   "hostname", "node", "boot", "clock", "power", "fan")
+_HARDWARE_HINTS = (
+    "cpu",
+    "core",
+    "gpu",
+    "nvidia",
+    "model",
+    "machine",
+    "arch",
+    "mem_total",
+    "ram",
+    "memory_total",
+    "platform",
+)
+_VOLATILE_HINTS = (
+    "free",
+    "avail",
+    "used",
+    "util",
+    "temp",
+    "load",
+    "uptime",
+    "time",
+    "pid",
+    "hostname",
+    "node",
+    "boot",
+    "clock",
+    "power",
+    "fan",
+)
 
 
 _NEUTRAL_OVERRIDES = ("build=", "port=", "host=")
@@ -89,7 +115,8 @@ def default_history_path() -> Path:
 
 def hardware_fingerprint(host: dict[str, Any]) -> str:
     stable = {
-        k: v for k, v in sorted(host.items())
+        k: v
+        for k, v in sorted(host.items())
         if any(h in k.lower() for h in _HARDWARE_HINTS)
         and not any(h in k.lower() for h in _VOLATILE_HINTS)
     }
@@ -103,8 +130,9 @@ def history_key(manifest_data: dict[str, Any], *, include_overrides: bool = True
     profile = manifest_data.get("profile_name", "?")
     # build= is how the nightly swaps builds (the build is what history watches); port= and
     # host= only say where the server listens.
-    overrides = [o for o in manifest_data.get("overrides") or []
-                 if not o.startswith(_NEUTRAL_OVERRIDES)]
+    overrides = [
+        o for o in manifest_data.get("overrides") or [] if not o.startswith(_NEUTRAL_OVERRIDES)
+    ]
     if not include_overrides:
         overrides = []
     if overrides:
@@ -132,8 +160,12 @@ class HistoryEntry:
     points: list[dict[str, Any]]
 
     def view(self) -> RunView:
-        return view_from_parts(name=self.run_id, source=f"history#{self.ref} {self.run_dir}",
-                               manifest_data=self.manifest, rows=self.points)
+        return view_from_parts(
+            name=self.run_id,
+            source=f"history#{self.ref} {self.run_dir}",
+            manifest_data=self.manifest,
+            rows=self.points,
+        )
 
 
 class History:
@@ -193,16 +225,24 @@ class History:
                     " created_at, recorded_at, manifest_json, points_json)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
-                        run.name, str(run.root.resolve()), key or history_key(manifest),
-                        run.manifest.profile_name, profile.get("build") or build.get("name"),
-                        _build_commit(build), run.manifest.created_at, time.time(),
-                        json.dumps(manifest), json.dumps(point_rows(run)),
+                        run.name,
+                        str(run.root.resolve()),
+                        key or history_key(manifest),
+                        run.manifest.profile_name,
+                        profile.get("build") or build.get("name"),
+                        _build_commit(build),
+                        run.manifest.created_at,
+                        time.time(),
+                        json.dumps(manifest),
+                        json.dumps(point_rows(run)),
                     ),
                 ).lastrowid
             self._event(db, ref, state, reason, actor, verdict)
         return self.entry(str(ref))
 
-    def set_state(self, ref: str, state: str, reason: str, actor: str | None = None) -> HistoryEntry:
+    def set_state(
+        self, ref: str, state: str, reason: str, actor: str | None = None
+    ) -> HistoryEntry:
         """accept/reject: a new event row; the run's earlier events stay."""
         _check_state(state)
         entry = self.entry(ref)
@@ -211,13 +251,25 @@ class History:
         return self.entry(str(entry.ref))
 
     @staticmethod
-    def _event(db: sqlite3.Connection, ref: int, state: str, reason: str, actor: str | None,
-               verdict: dict[str, Any] | None) -> None:
+    def _event(
+        db: sqlite3.Connection,
+        ref: int,
+        state: str,
+        reason: str,
+        actor: str | None,
+        verdict: dict[str, Any] | None,
+    ) -> None:
         db.execute(
             "INSERT INTO events (run_ref, state, reason, actor, verdict_json, at)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            (ref, state, reason, actor or _whoami(), json.dumps(verdict) if verdict else None,
-             time.time()),
+            (
+                ref,
+                state,
+                reason,
+                actor or _whoami(),
+                json.dumps(verdict) if verdict else None,
+                time.time(),
+            ),
         )
 
     # ----------------------------------------------------------------- reading
@@ -263,21 +315,32 @@ class History:
         with self._connect() as db:
             rows = db.execute(
                 "SELECT state, reason, actor, at, verdict_json FROM events WHERE run_ref = ?"
-                " ORDER BY id", (entry.ref,),
+                " ORDER BY id",
+                (entry.ref,),
             ).fetchall()
         return [
-            {"state": r["state"], "reason": r["reason"], "actor": r["actor"], "at": r["at"],
-             "verdict": json.loads(r["verdict_json"]) if r["verdict_json"] else None}
+            {
+                "state": r["state"],
+                "reason": r["reason"],
+                "actor": r["actor"],
+                "at": r["at"],
+                "verdict": json.loads(r["verdict_json"]) if r["verdict_json"] else None,
+            }
             for r in rows
         ]
 
     def keys(self) -> list[str]:
         with self._connect() as db:
-            return [r[0] for r in db.execute(
-                "SELECT DISTINCT history_key FROM runs ORDER BY history_key").fetchall()]
+            return [
+                r[0]
+                for r in db.execute(
+                    "SELECT DISTINCT history_key FROM runs ORDER BY history_key"
+                ).fetchall()
+            ]
 
-    def baseline(self, key: str, count: int, *, exclude_run_dir: Path | None = None
-                 ) -> list[HistoryEntry]:
+    def baseline(
+        self, key: str, count: int, *, exclude_run_dir: Path | None = None
+    ) -> list[HistoryEntry]:
         """The last ``count`` accepted runs with this key, oldest first."""
         accepted = self.entries(key=key, state="accepted")
         if exclude_run_dir is not None:
@@ -288,10 +351,18 @@ class History:
 
 def _entry(row: sqlite3.Row) -> HistoryEntry:
     return HistoryEntry(
-        ref=row["id"], run_id=row["run_id"], run_dir=row["run_dir"], key=row["history_key"],
-        profile=row["profile"], build=row["build"], build_commit=row["build_commit"],
-        created_at=row["created_at"], recorded_at=row["recorded_at"], state=row["state"],
-        reason=row["reason"], manifest=json.loads(row["manifest_json"]),
+        ref=row["id"],
+        run_id=row["run_id"],
+        run_dir=row["run_dir"],
+        key=row["history_key"],
+        profile=row["profile"],
+        build=row["build"],
+        build_commit=row["build_commit"],
+        created_at=row["created_at"],
+        recorded_at=row["recorded_at"],
+        state=row["state"],
+        reason=row["reason"],
+        manifest=json.loads(row["manifest_json"]),
         points=json.loads(row["points_json"]),
     )
 

@@ -66,8 +66,13 @@ def _matches(sample: Sample, names: tuple[str, ...], where: dict[str, str] | Non
     return not where or all(sample.labels.get(k) == v for k, v in where.items())
 
 
-def gauge_per_scrape(samples: Iterable[Sample], name: str, *, combine: str = "sum",
-                     where: dict[str, str] | None = None) -> list[tuple[float, float]]:
+def gauge_per_scrape(
+    samples: Iterable[Sample],
+    name: str,
+    *,
+    combine: str = "sum",
+    where: dict[str, str] | None = None,
+) -> list[tuple[float, float]]:
     """[(monotonic, value)] per scrape instant, combining series (engines) by sum or max."""
     by_time: dict[float, list[float]] = defaultdict(list)
     for s in samples:
@@ -77,8 +82,9 @@ def gauge_per_scrape(samples: Iterable[Sample], name: str, *, combine: str = "su
     return [(t, float(fold(v))) for t, v in sorted(by_time.items())]
 
 
-def counter_delta(samples: Iterable[Sample], name: str, *,
-                  where: dict[str, str] | None = None) -> tuple[float | None, int]:
+def counter_delta(
+    samples: Iterable[Sample], name: str, *, where: dict[str, str] | None = None
+) -> tuple[float | None, int]:
     """(increase over the window summed over series, resets seen); None when never sampled."""
     names = _names(name)
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -128,7 +134,9 @@ def in_flight_at(requests: Sequence[RequestTiming], t: float) -> int:
     return sum(1 for r in requests if r.end is not None and r.start <= t < r.end)
 
 
-def percentile_value(rows: Sequence[dict[str, Any]] | None, label: str, column: str) -> float | None:
+def percentile_value(
+    rows: Sequence[dict[str, Any]] | None, label: str, column: str
+) -> float | None:
     for row in rows or ():
         if str(row.get("Percentiles")) == label:
             value = row.get(column)
@@ -200,12 +208,14 @@ def derive_point_metrics(
     m["spec_acceptance_rate"] = _ratio(accepted, draft_tokens)
 
     m["preemptions"] = delta("vllm:num_preemptions")
-    m["prefix_cache_hit_rate"] = _ratio(delta("vllm:prefix_cache_hits"),
-                                        delta("vllm:prefix_cache_queries"))
+    m["prefix_cache_hit_rate"] = _ratio(
+        delta("vllm:prefix_cache_hits"), delta("vllm:prefix_cache_queries")
+    )
 
     hits, misses = delta("vllm:hisparse_cache_hits"), delta("vllm:hisparse_cache_misses")
-    m["hisparse_hit_rate"] = _ratio(hits, (hits or 0.0) + (misses or 0.0)) if hits is not None \
-        else None
+    m["hisparse_hit_rate"] = (
+        _ratio(hits, (hits or 0.0) + (misses or 0.0)) if hits is not None else None
+    )
     h2d = delta("vllm:hisparse_host_to_device_bytes")
     m["hisparse_h2d_gib"] = h2d / GIB if h2d is not None else None
 
@@ -231,5 +241,6 @@ def derive_point_metrics(
         if pairs:
             info["client_in_flight_at_nonzero_scrapes_mean"] = _mean([c for _, c in pairs])
     scrapes = len({s.monotonic for s in samples})
-    return DerivedMetrics(metrics=m, counter_resets=max(resets, default=0), scrapes=scrapes,
-                          info=info)
+    return DerivedMetrics(
+        metrics=m, counter_resets=max(resets, default=0), scrapes=scrapes, info=info
+    )

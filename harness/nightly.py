@@ -105,8 +105,18 @@ def merge_rerun(first: RunView, rerun: RunView) -> RunView:
     """The first run's view with the rerun's points in place of the same (parallel, number)."""
     points = dict(first.points)
     points.update(rerun.points)
-    return RunView(first.name, first.source, first.profile_name, first.status, first.workload,
-                   first.workload_key, points, first.serve, first.build, first.overrides)
+    return RunView(
+        first.name,
+        first.source,
+        first.profile_name,
+        first.status,
+        first.workload,
+        first.workload_key,
+        points,
+        first.serve,
+        first.build,
+        first.overrides,
+    )
 
 
 def confirm(first: Verdict, second: Verdict, rerun_name: str) -> Verdict:
@@ -117,17 +127,31 @@ def confirm(first: Verdict, second: Verdict, rerun_name: str) -> Verdict:
         again = by_key.get((row.scope, row.point, row.metric))
         if row.cls == "suspicious" and again is not None:
             outcome = {"regression": "breached again", "suspicious": "still in the band"}.get(
-                again.cls, "cleared")
+                again.cls, "cleared"
+            )
             again.reason = f"rerun {rerun_name}: {outcome}; {again.reason} (first: {row.reason})"
             rows.append(again)
         else:
             rows.append(row)
-    return Verdict(first.candidate, first.candidate_source, first.baseline, first.baseline_runs,
-                   first.policy, rows, [*first.notes, f"suspicious points rerun in {rerun_name}"])
+    return Verdict(
+        first.candidate,
+        first.candidate_source,
+        first.baseline,
+        first.baseline_runs,
+        first.policy,
+        rows,
+        [*first.notes, f"suspicious points rerun in {rerun_name}"],
+    )
 
 
-def judge_arm(arm: ArmResult, history: History, policy_path: Path | str | None, *,
-               rerun: Callable[[list[str]], Path], echo: Echo) -> None:
+def judge_arm(
+    arm: ArmResult,
+    history: History,
+    policy_path: Path | str | None,
+    *,
+    rerun: Callable[[list[str]], Path],
+    echo: Echo,
+) -> None:
     run = load_run(arm.run_dir)
     policy = choose_policy(run, policy_path)
     # The nightly's --set values are part of the candidate (like the build): same series.
@@ -144,8 +168,9 @@ def judge_arm(arm: ArmResult, history: History, policy_path: Path | str | None, 
     label = f"history {arm.key} (median of {len(entries)} accepted run(s))"
     baselines = [e.view() for e in entries]
     verdict = evaluate(view_from_run(run), baselines, policy, baseline_label=label)
-    flagged = {r.parallel: r.point for r in verdict.rows
-               if r.cls == "suspicious" and r.scope == "point"}
+    flagged = {
+        r.parallel: r.point for r in verdict.rows if r.cls == "suspicious" and r.scope == "point"
+    }
     suspicious = [flagged[p] for p in sorted(flagged)]
     if suspicious:
         echo(f"{arm.profile}: suspicious at {', '.join(suspicious)}; rerunning those points once")
@@ -191,13 +216,25 @@ def run_nightly(
         try:
             arm_sets = _arm_overrides(name, build_name, overrides)
             arm.run_dir = out_dir / f"nightly-{stamp}-{name}"
-            run_sweep(name, overrides=arm_sets, out=out_dir, run_id=arm.run_dir.name,
-                      report=False, echo=echo)
+            run_sweep(
+                name,
+                overrides=arm_sets,
+                out=out_dir,
+                run_id=arm.run_dir.name,
+                report=False,
+                echo=echo,
+            )
 
             def rerun(labels: list[str], name: str = name, sets: list[str] = arm_sets) -> Path:
-                return run_sweep(name, overrides=sets, out=out_dir,
-                                 run_id=f"nightly-{stamp}-{name}-rerun", only_points=labels,
-                                 report=False, echo=echo)
+                return run_sweep(
+                    name,
+                    overrides=sets,
+                    out=out_dir,
+                    run_id=f"nightly-{stamp}-{name}-rerun",
+                    only_points=labels,
+                    report=False,
+                    echo=echo,
+                )
 
             judge_arm(arm, history, policy_path, rerun=rerun, echo=echo)
         except (IncomparableError, ReproError) as exc:
@@ -242,13 +279,22 @@ def record_arm(arm: ArmResult, history: History) -> None:
         return
     if arm.status in ("regression", "error"):
         state = "rejected"
-        reason = f"nightly: {arm.error}" if arm.error else (
-            "nightly: regression in " + ", ".join(arm.verdict.regressed_metrics()))
+        reason = (
+            f"nightly: {arm.error}"
+            if arm.error
+            else ("nightly: regression in " + ", ".join(arm.verdict.regressed_metrics()))
+        )
     else:
         state, reason = "accepted", f"nightly: {arm.status}"
     key = arm.key or history_key(run.manifest.model_dump(mode="json"), include_overrides=False)
-    history.record(run, state=state, reason=reason, key=key,
-                   verdict=arm.verdict.to_dict() if arm.verdict else None, actor="nightly")
+    history.record(
+        run,
+        state=state,
+        reason=reason,
+        key=key,
+        verdict=arm.verdict.to_dict() if arm.verdict else None,
+        actor="nightly",
+    )
     arm.history_state = state
 
 
@@ -262,29 +308,48 @@ def _dashboard(result: NightlyResult, run_dirs: list[Path], history: History) ->
     try:
         from harness.dashboard import write_report
 
-        return write_report(run_dirs, baseline=baseline,
-                            out=dashboards_dir() / f"nightly-{result.stamp}.html",
-                            title=f"repro nightly {result.stamp} ({result.build})")
+        return write_report(
+            run_dirs,
+            baseline=baseline,
+            out=dashboards_dir() / f"nightly-{result.stamp}.html",
+            title=f"repro nightly {result.stamp} ({result.build})",
+        )
     except (ImportError, ReproError, OSError) as exc:
         result.notes.append(f"dashboard not written: {exc}")
         return None
 
 
 def render_summary(result: NightlyResult) -> str:
-    icon = {"ok": "✅", "improvement": "🟢", "suspicious": "🟡", "regression": "🔴", "new": "🆕",
-            "error": "⛔"}
+    icon = {
+        "ok": "✅",
+        "improvement": "🟢",
+        "suspicious": "🟡",
+        "regression": "🔴",
+        "new": "🆕",
+        "error": "⛔",
+    }
     commit = result.build_provenance.get("commit") or result.build_provenance.get("vllm_version")
-    lines = [f"## repro nightly {result.stamp}", "",
-             f"build `{result.build}`" + (f" (`{commit}`)" if commit else ""), "",
-             "| arm | verdict | run | history | notes |", "|---|---|---|---|---|"]
+    lines = [
+        f"## repro nightly {result.stamp}",
+        "",
+        f"build `{result.build}`" + (f" (`{commit}`)" if commit else ""),
+        "",
+        "| arm | verdict | run | history | notes |",
+        "|---|---|---|---|---|",
+    ]
     for arm in result.arms:
         notes = "; ".join([*(arm.notes), *([arm.error] if arm.error else [])])
         if arm.verdict is not None and arm.verdict.status == "regression":
-            notes = "regressed: " + ", ".join(arm.verdict.regressed_metrics()) + (
-                f"; {notes}" if notes else "")
+            notes = (
+                "regressed: "
+                + ", ".join(arm.verdict.regressed_metrics())
+                + (f"; {notes}" if notes else "")
+            )
         run = arm.run_dir.name if arm.run_dir else "-"
-        lines.append(f"| {arm.profile} | {icon[arm.status]} {arm.status} | `{run}` | "
-                     f"{arm.history_state or '-'} | {notes} |")
+        lines.append(
+            f"| {arm.profile} | {icon[arm.status]} {arm.status} | `{run}` | "
+            f"{arm.history_state or '-'} | {notes} |"
+        )
     lines.append("")
     for arm in result.arms:
         if arm.verdict is not None:
@@ -299,19 +364,29 @@ def render_summary(result: NightlyResult) -> str:
     return "\n".join(lines)
 
 
-_NEW_ARM_METRICS = ("occupancy", "throughput_per_gpu", "interactivity", "preemptions",
-                    "waiting_max", "mtp_acceptance_length")
+_NEW_ARM_METRICS = (
+    "occupancy",
+    "throughput_per_gpu",
+    "interactivity",
+    "preemptions",
+    "waiting_max",
+    "mtp_acceptance_length",
+)
 
 
 def _new_arm_table(arm: ArmResult) -> list[str]:
     """The first night of a series has no verdict: show what became the baseline."""
     run = load_run(arm.run_dir)
-    lines = [f"### {arm.profile}: 🆕 baseline", "",
-             "| point | " + " | ".join(_NEW_ARM_METRICS) + " |",
-             "|---|" + "---|" * len(_NEW_ARM_METRICS)]
+    lines = [
+        f"### {arm.profile}: 🆕 baseline",
+        "",
+        "| point | " + " | ".join(_NEW_ARM_METRICS) + " |",
+        "|---|" + "---|" * len(_NEW_ARM_METRICS),
+    ]
     for p in run.points:
-        cells = [f"{p.metrics[k]:.4g}" if p.metrics.get(k) is not None else "-"
-                 for k in _NEW_ARM_METRICS]
+        cells = [
+            f"{p.metrics[k]:.4g}" if p.metrics.get(k) is not None else "-" for k in _NEW_ARM_METRICS
+        ]
         lines.append(f"| {p.label} r{p.repeat} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
@@ -324,10 +399,17 @@ def summary_dict(result: NightlyResult) -> dict[str, Any]:
         "build_provenance": json.loads(json.dumps(result.build_provenance, default=str)),
         "exit_code": result.exit_code,
         "arms": [
-            {"profile": a.profile, "status": a.status, "run_dir": str(a.run_dir or ""),
-             "rerun_dir": str(a.rerun_dir or ""), "history_key": a.key,
-             "history_state": a.history_state, "error": a.error, "notes": a.notes,
-             "verdict": a.verdict.to_dict() if a.verdict else None}
+            {
+                "profile": a.profile,
+                "status": a.status,
+                "run_dir": str(a.run_dir or ""),
+                "rerun_dir": str(a.rerun_dir or ""),
+                "history_key": a.key,
+                "history_state": a.history_state,
+                "error": a.error,
+                "notes": a.notes,
+                "verdict": a.verdict.to_dict() if a.verdict else None,
+            }
             for a in result.arms
         ],
         "claims": [c.__dict__ for c in result.claims],

@@ -53,8 +53,10 @@ def evalscope_executable() -> Path:
     """The harness venv's own `evalscope` console script (pinned 1.7.0), next to the interpreter."""
     path = Path(sys.executable).parent / "evalscope"
     if not path.exists():
-        raise RunError(f"{path}: evalscope console script not found next to {sys.executable}; "
-                       "install the harness with its dependencies (evalscope[perf]==1.7.0)")
+        raise RunError(
+            f"{path}: evalscope console script not found next to {sys.executable}; "
+            "install the harness with its dependencies (evalscope[perf]==1.7.0)"
+        )
     return path
 
 
@@ -78,28 +80,49 @@ class ClientArgs:
     extra_args: dict[str, Any]  # the --extra-args body (ignore_eos first)
 
 
-def client_command(args: ClientArgs, *, parallel: int, number: int, dataset_offset: int,
-                   name: str, outputs_dir: Path, executable: Path | str = "evalscope") -> list[str]:
+def client_command(
+    args: ClientArgs,
+    *,
+    parallel: int,
+    number: int,
+    dataset_offset: int,
+    name: str,
+    outputs_dir: Path,
+    executable: Path | str = "evalscope",
+) -> list[str]:
     cmd = [
-        str(executable), "perf",
-        "--model", args.model,
-        "--url", f"{args.base_url}/v1/chat/completions",
-        "--api", "openai",
-        "--dataset", "swe_smith",
-        "--dataset-path", str(args.dataset_path),
-        "--dataset-offset", str(dataset_offset),
-        "--max-tokens", str(args.max_tokens),
+        str(executable),
+        "perf",
+        "--model",
+        args.model,
+        "--url",
+        f"{args.base_url}/v1/chat/completions",
+        "--api",
+        "openai",
+        "--dataset",
+        "swe_smith",
+        "--dataset-path",
+        str(args.dataset_path),
+        "--dataset-offset",
+        str(dataset_offset),
+        "--max-tokens",
+        str(args.max_tokens),
     ]
     if args.multi_turn:
         cmd.append("--multi-turn")
     if args.max_turns is not None:
         cmd += ["--max-turns", str(args.max_turns)]
     cmd += [
-        "--number", str(number),
-        "--parallel", str(parallel),
-        "--extra-args", json.dumps(args.extra_args, separators=(",", ":")),
-        "--name", name,
-        "--outputs-dir", str(outputs_dir),
+        "--number",
+        str(number),
+        "--parallel",
+        str(parallel),
+        "--extra-args",
+        json.dumps(args.extra_args, separators=(",", ":")),
+        "--name",
+        name,
+        "--outputs-dir",
+        str(outputs_dir),
         "--no-timestamp",
         "--no-test-connection",
     ]
@@ -140,14 +163,27 @@ def kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
             continue
 
 
-def run_child(cmd: list[str], *, log_path: Path, timeout_s: float, env: dict[str, str] | None = None,
-              on_tick: Callable[[float], None] | None = None, tick_s: float = 1.0) -> ChildResult:
+def run_child(
+    cmd: list[str],
+    *,
+    log_path: Path,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    on_tick: Callable[[float], None] | None = None,
+    tick_s: float = 1.0,
+) -> ChildResult:
     """Run the client to completion or timeout; Ctrl-C kills the group and re-raises."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
         started_at, started_mono = time.time(), time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
         result = ChildResult(None, started_at, started_at, started_mono, started_mono)
         try:
             while True:
@@ -208,8 +244,10 @@ def parse_summary(data: dict[str, Any]) -> ClientSummary:
                 break
     missing = [f for f in _REQUIRED if f not in fields]
     if missing:
-        raise RunError(f"benchmark_summary.json: missing {', '.join(missing)} "
-                       f"(keys present: {', '.join(sorted(data))})")
+        raise RunError(
+            f"benchmark_summary.json: missing {', '.join(missing)} "
+            f"(keys present: {', '.join(sorted(data))})"
+        )
     for key in ("total_requests", "success_requests", "failed_requests", "concurrency"):
         fields[key] = int(fields[key])
     return ClientSummary(**fields, raw=data)
@@ -257,9 +295,15 @@ def read_requests(point_dir: Path) -> list[RequestTiming]:
         "FROM result ORDER BY start_time",
     )
     return [
-        RequestTiming(float(s), float(c) if c is not None else None, bool(ok),
-                      int(p) if p is not None else None, int(n) if n is not None else None)
-        for s, c, ok, p, n in rows if s is not None
+        RequestTiming(
+            float(s),
+            float(c) if c is not None else None,
+            bool(ok),
+            int(p) if p is not None else None,
+            int(n) if n is not None else None,
+        )
+        for s, c, ok, p, n in rows
+        if s is not None
     ]
 
 
@@ -267,8 +311,7 @@ def read_request_bodies(point_dir: Path) -> list[dict[str, Any]]:
     """Request JSON bodies with their usage, in start order (for the fidelity check)."""
     rows = _query_results_db(
         point_dir,
-        "SELECT request, prompt_tokens, completion_tokens, success FROM result "
-        "ORDER BY start_time",
+        "SELECT request, prompt_tokens, completion_tokens, success FROM result ORDER BY start_time",
     )
     out = []
     for body, prompt, completion, ok in rows:
@@ -276,6 +319,12 @@ def read_request_bodies(point_dir: Path) -> list[dict[str, Any]]:
             request = json.loads(body) if body else {}
         except (TypeError, json.JSONDecodeError):
             request = {}
-        out.append({"request": request, "prompt_tokens": prompt,
-                    "completion_tokens": completion, "success": bool(ok)})
+        out.append(
+            {
+                "request": request,
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "success": bool(ok),
+            }
+        )
     return out

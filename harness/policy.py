@@ -111,7 +111,9 @@ def load_policy(path: Path | str) -> Policy:
         message = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
             message = "unknown key"
-        raise ConfigError(f"{path}: key {where!r}: {message}" if where else f"{path}: {message}") from None
+        raise ConfigError(
+            f"{path}: key {where!r}: {message}" if where else f"{path}: {message}"
+        ) from None
     policy.source = path
     return policy
 

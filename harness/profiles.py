@@ -83,8 +83,11 @@ class Profile(BaseModel, extra="forbid"):
 def _profile_path(name_or_path: str, relative_to: Path | None = None) -> Path:
     candidate = Path(name_or_path).expanduser()
     if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
-        if not candidate.is_absolute() and relative_to is not None \
-                and (relative_to / candidate).exists():
+        if (
+            not candidate.is_absolute()
+            and relative_to is not None
+            and (relative_to / candidate).exists()
+        ):
             candidate = relative_to / candidate
         return candidate
     for folder in ([relative_to] if relative_to else []) + [PROFILES_DIR]:
@@ -132,8 +135,9 @@ def _merge_profile(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, A
     return out
 
 
-def _resolve_raw(path: Path, chain: tuple[Path, ...] = (),
-                 origins: dict[str, Path] | None = None) -> dict[str, Any]:
+def _resolve_raw(
+    path: Path, chain: tuple[Path, ...] = (), origins: dict[str, Path] | None = None
+) -> dict[str, Any]:
     """The merged raw mapping; `origins` records which file set each (section.)key."""
     origins = {} if origins is None else origins
     path = path.resolve()
@@ -149,8 +153,9 @@ def _resolve_raw(path: Path, chain: tuple[Path, ...] = (),
         raise ConfigError(f"{path}: extends: must be a profile name, got {parent_name!r}")
     parent_path = _profile_path(parent_name, relative_to=path.parent)
     if not parent_path.exists():
-        raise ConfigError(f"{path}: extends: unknown parent profile {parent_name!r} "
-                          f"(no {parent_path})")
+        raise ConfigError(
+            f"{path}: extends: unknown parent profile {parent_name!r} (no {parent_path})"
+        )
     parent = _resolve_raw(parent_path, (*chain, path), origins)
     parent.pop("description", None)
     _record_origins(raw, path, origins)
@@ -181,8 +186,10 @@ def _apply_override(raw: dict[str, Any], text: str) -> None:
     if len(parts) == 2:
         section, key = parts
         if section not in DEEP_MERGED:
-            raise ConfigError(f"override {text!r}: only serve.*, sweep.* and env.* take a "
-                              f"sub-key, not {section!r}")
+            raise ConfigError(
+                f"override {text!r}: only serve.*, sweep.* and env.* take a "
+                f"sub-key, not {section!r}"
+            )
         block = raw.setdefault(section, {})
         if not isinstance(block, dict):
             raise ConfigError(f"override {text!r}: {section} is not a mapping")
@@ -239,16 +246,21 @@ def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
     for key, value in profile.serve.items():
         problem = _check_serve_value(key, value, table)
         if problem:
-            raise ConfigError(f"{where('serve.' + key)}: {problem} (build {build.name}, "
-                              f"vLLM options {build.serve_options})")
+            raise ConfigError(
+                f"{where('serve.' + key)}: {problem} (build {build.name}, "
+                f"vLLM options {build.serve_options})"
+            )
     return profile
 
 
 def _check_serve_value(key: str, value: Any, table: dict[str, dict]) -> str | None:
     if key in RESERVED_SERVE_KEYS:
         top = RESERVED_SERVE_KEYS[key]
-        return f"set by the harness; use the top-level `{top}:` key" if top else \
-            "not allowed in a profile"
+        return (
+            f"set by the harness; use the top-level `{top}:` key"
+            if top
+            else "not allowed in a profile"
+        )
     spec = table.get(key)
     if spec is None:
         if key.replace("_", "-") in table:
@@ -278,8 +290,12 @@ def _check_kind(kind: str, value: Any) -> str | None:
     }.get(kind, True)
     if ok:
         return None
-    return {"json": "must be a JSON object (a YAML mapping)", "bool": "must be true or false",
-            "int": "must be an integer", "float": "must be a number"}.get(kind, f"must be {kind}")
+    return {
+        "json": "must be a JSON object (a YAML mapping)",
+        "bool": "must be true or false",
+        "int": "must be an integer",
+        "float": "must be a number",
+    }.get(kind, f"must be {kind}")
 
 
 def list_profiles() -> list[Profile]:
@@ -296,12 +312,24 @@ def render_serve_value(value: Any) -> str:
     return str(value)
 
 
-def render_serve_command(profile: Profile, *, model_path: str | None = None,
-                         port: int | None = None, executable: str = "vllm") -> list[str]:
+def render_serve_command(
+    profile: Profile,
+    *,
+    model_path: str | None = None,
+    port: int | None = None,
+    executable: str = "vllm",
+) -> list[str]:
     """The exact `vllm serve` argv: booleans as --flag/--no-flag, mappings as compact JSON."""
     table = serve_option_table(get_build(profile.build))
-    argv = [executable, "serve", model_path or profile.model,
-            "--host", profile.host, "--port", str(port if port is not None else profile.port)]
+    argv = [
+        executable,
+        "serve",
+        model_path or profile.model,
+        "--host",
+        profile.host,
+        "--port",
+        str(port if port is not None else profile.port),
+    ]
     for key, value in profile.serve.items():
         flag = f"--{key}"
         if isinstance(value, bool):

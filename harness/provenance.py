@@ -29,16 +29,29 @@ KV_CAPACITY_PATTERNS = (
     re.compile(r"Overriding num_gpu_blocks=\d+ with num_gpu_blocks_override=\d+"),
     re.compile(r"# (?:GPU|CPU) blocks: \d+"),
 )
-ENV_PREFIXES = ("VLLM_", "HF_", "TRANSFORMERS_", "TORCH", "CUDA_", "NCCL_", "OMP_", "KMP_",
-                "PYTORCH_", "LD_PRELOAD")
+ENV_PREFIXES = (
+    "VLLM_",
+    "HF_",
+    "TRANSFORMERS_",
+    "TORCH",
+    "CUDA_",
+    "NCCL_",
+    "OMP_",
+    "KMP_",
+    "PYTORCH_",
+    "LD_PRELOAD",
+)
 ENV_NAMES = ("TMPDIR", "NO_PROXY", "no_proxy", "DO_NOT_TRACK", "REPRO_CACHE")
 SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
 
 
 def relevant_env(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
     """The variables that change what vLLM does, without secrets."""
-    return {k: v for k, v in sorted(env.items())
-            if (k.startswith(ENV_PREFIXES) or k in ENV_NAMES) and not SECRET.search(k)}
+    return {
+        k: v
+        for k, v in sorted(env.items())
+        if (k.startswith(ENV_PREFIXES) or k in ENV_NAMES) and not SECRET.search(k)
+    }
 
 
 def _read(path: str) -> str:
@@ -53,12 +66,19 @@ def nvidia_smi() -> dict[str, Any] | None:
     if not shutil.which("nvidia-smi"):
         return None
     query = "index,name,memory.total,driver_version,pci.bus_id"
-    proc = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
-                          check=False, capture_output=True, text=True, timeout=30)
-    full = subprocess.run(["nvidia-smi"], check=False, capture_output=True, text=True,
-                          timeout=30)
-    gpus = [dict(zip(query.split(","), (c.strip() for c in line.split(",")), strict=False))
-            for line in proc.stdout.splitlines() if line.strip()]
+    proc = subprocess.run(
+        ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    full = subprocess.run(["nvidia-smi"], check=False, capture_output=True, text=True, timeout=30)
+    gpus = [
+        dict(zip(query.split(","), (c.strip() for c in line.split(",")), strict=False))
+        for line in proc.stdout.splitlines()
+        if line.strip()
+    ]
     return {"gpus": gpus, "count": len(gpus), "output": full.stdout, "returncode": full.returncode}
 
 
@@ -70,8 +90,13 @@ def host_facts() -> dict[str, Any]:
     meminfo = _read("/proc/meminfo")
     mem_kib = re.search(r"^MemTotal:\s*(\d+) kB", meminfo, re.MULTILINE)
     avail_kib = re.search(r"^MemAvailable:\s*(\d+) kB", meminfo, re.MULTILINE)
-    isa = sorted({f for f in (flags.group(1).split() if flags else [])
-                  if f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")})
+    isa = sorted(
+        {
+            f
+            for f in (flags.group(1).split() if flags else [])
+            if f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
+        }
+    )
     return {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
@@ -110,6 +135,9 @@ def cache_config_labels(metrics_text: str) -> list[dict[str, str]]:
     out = []
     for family in text_string_to_metric_families(metrics_text):
         if family.name == "vllm:cache_config_info":
-            out += [dict(sample.labels) for sample in family.samples
-                    if sample.name == "vllm:cache_config_info"]
+            out += [
+                dict(sample.labels)
+                for sample in family.samples
+                if sample.name == "vllm:cache_config_info"
+            ]
     return out

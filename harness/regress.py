@@ -56,7 +56,12 @@ _SEVERITY = {name: rank for rank, name in enumerate(CLASSES)}
 
 # The sweep fields that define what the client sends; everything else may differ between runs.
 WORKLOAD_SWEEP_FIELDS = (
-    "points", "dataset_offset", "max_tokens", "ignore_eos", "multi_turn", "max_turns",
+    "points",
+    "dataset_offset",
+    "max_tokens",
+    "ignore_eos",
+    "multi_turn",
+    "max_turns",
 )
 
 
@@ -126,8 +131,13 @@ def point_rows(run: Run) -> list[dict[str, Any]]:
     """Per-point records in the compact form the history stores."""
     return [
         {
-            "label": p.label, "parallel": p.parallel, "number": p.number, "repeat": p.repeat,
-            "valid": p.valid, "invalid_reasons": list(p.invalid_reasons), "metrics": dict(p.metrics),
+            "label": p.label,
+            "parallel": p.parallel,
+            "number": p.number,
+            "repeat": p.repeat,
+            "valid": p.valid,
+            "invalid_reasons": list(p.invalid_reasons),
+            "metrics": dict(p.metrics),
         }
         for p in run.points
     ]
@@ -213,7 +223,9 @@ def classify(
             outside = high < baseline if direction == "higher" else low > baseline
             if not outside:
                 return Judgement(
-                    "suspicious", change, worse,
+                    "suspicious",
+                    change,
+                    worse,
                     f"worse by {_pct(worse)} >= {_pct(threshold)}, but the CI "
                     f"[{low:.4g}, {high:.4g}] includes the baseline {baseline:.4g}",
                 )
@@ -222,14 +234,20 @@ def classify(
             beyond = candidate < worst if direction == "higher" else candidate > worst
             if not beyond:
                 return Judgement(
-                    "suspicious", change, worse,
+                    "suspicious",
+                    change,
+                    worse,
                     f"worse by {_pct(worse)} >= {_pct(threshold)}, but within the history's "
                     f"range [{spread[0]:.4g}, {spread[1]:.4g}]",
                 )
-        return Judgement("regression", change, worse, f"worse by {_pct(worse)} >= {_pct(threshold)}")
+        return Judgement(
+            "regression", change, worse, f"worse by {_pct(worse)} >= {_pct(threshold)}"
+        )
     if worse >= band * threshold:
         return Judgement(
-            "suspicious", change, worse,
+            "suspicious",
+            change,
+            worse,
             f"worse by {_pct(worse)}, within {band:g}x..1x of the {_pct(threshold)} threshold",
         )
     if -worse >= threshold:
@@ -305,7 +323,9 @@ class Verdict:
 
 
 def _json_safe(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+    return {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()
+    }
 
 
 def check_comparable(candidate: RunView, baselines: Sequence[RunView]) -> list[str]:
@@ -375,8 +395,9 @@ def evaluate(
             cand = candidate.points[key]
             if rule.points is not None and cand.label not in rule.points:
                 continue
-            row = _point_row(metric, rule, direction, cand, [b.points[key] for b in baselines],
-                             policy, median_ci)
+            row = _point_row(
+                metric, rule, direction, cand, [b.points[key] for b in baselines], policy, median_ci
+            )
             if row is not None:
                 rows.append(row)
     rows.extend(_curve_rows(candidate, baselines, policy, median_ci))
@@ -396,7 +417,9 @@ MIN_HISTORY_FOR_SPREAD = 3
 
 
 def reduce_side(
-    cand_values: Sequence[float], base_values: Sequence[float], confidence: float,
+    cand_values: Sequence[float],
+    base_values: Sequence[float],
+    confidence: float,
     median_ci: Callable[..., tuple[float, float, float]],
 ) -> tuple[float | None, float | None, tuple[float, float] | None, tuple[float, float] | None]:
     """(baseline, candidate, candidate CI, history spread) from raw per-repeat / per-run values."""
@@ -423,15 +446,38 @@ def _point_row(
 ) -> Row | None:
     base_values = [v for v in (p.median(metric) for p in bases) if v is not None]
     values = cand.values(metric)
-    base_value, cand_value, ci, spread = reduce_side(values, base_values, policy.confidence,
-                                                     median_ci)
+    base_value, cand_value, ci, spread = reduce_side(
+        values, base_values, policy.confidence, median_ci
+    )
     if base_value is None and cand_value is None:
         return None  # not measurable on this arm (e.g. acceptance length without MTP)
-    judged = classify(base_value, cand_value, direction=direction, threshold=rule.threshold,
-                      floor=rule.floor, band=policy.band(rule), ci=ci, spread=spread)
-    return Row("point", cand.label, cand.parallel, cand.number, metric, direction, base_value,
-               cand_value, ci, len(values), judged.change, rule.threshold, rule.floor, judged.cls,
-               judged.reason)
+    judged = classify(
+        base_value,
+        cand_value,
+        direction=direction,
+        threshold=rule.threshold,
+        floor=rule.floor,
+        band=policy.band(rule),
+        ci=ci,
+        spread=spread,
+    )
+    return Row(
+        "point",
+        cand.label,
+        cand.parallel,
+        cand.number,
+        metric,
+        direction,
+        base_value,
+        cand_value,
+        ci,
+        len(values),
+        judged.change,
+        rule.threshold,
+        rule.floor,
+        judged.cls,
+        judged.reason,
+    )
 
 
 def _curves_per_repeat(view: RunView) -> list[list[tuple[float, float]]]:
@@ -460,8 +506,12 @@ def _median_curve(view: RunView) -> list[tuple[float, float]]:
     return out
 
 
-def _curve_rows(candidate: RunView, baselines: Sequence[RunView], policy: Policy,
-                median_ci: Callable[..., tuple[float, float, float]]) -> list[Row]:
+def _curve_rows(
+    candidate: RunView,
+    baselines: Sequence[RunView],
+    policy: Policy,
+    median_ci: Callable[..., tuple[float, float, float]],
+) -> list[Row]:
     rows: list[Row] = []
     cand_curves = _curves_per_repeat(candidate)
     base_curves = [_median_curve(b) for b in baselines]
@@ -469,15 +519,40 @@ def _curve_rows(candidate: RunView, baselines: Sequence[RunView], policy: Policy
     def add(metric: str, variant: str, rule: CurveRule, fn: Callable[[list], float | None]) -> None:
         cand_values = [v for v in (fn(c) for c in cand_curves) if v is not None]
         base_values = [v for v in (fn(c) for c in base_curves) if v is not None]
-        base_value, cand_value, ci, spread = reduce_side(cand_values, base_values,
-                                                         policy.confidence, median_ci)
+        base_value, cand_value, ci, spread = reduce_side(
+            cand_values, base_values, policy.confidence, median_ci
+        )
         if base_value is None and cand_value is None:
             return
-        judged = classify(base_value, cand_value, direction="higher", threshold=rule.threshold,
-                          floor=rule.floor, band=policy.band(rule), ci=ci, spread=spread)
-        rows.append(Row("curve", variant, None, None, metric, "higher", base_value, cand_value,
-                        ci, len(cand_values), judged.change, rule.threshold, rule.floor,
-                        judged.cls, judged.reason))
+        judged = classify(
+            base_value,
+            cand_value,
+            direction="higher",
+            threshold=rule.threshold,
+            floor=rule.floor,
+            band=policy.band(rule),
+            ci=ci,
+            spread=spread,
+        )
+        rows.append(
+            Row(
+                "curve",
+                variant,
+                None,
+                None,
+                metric,
+                "higher",
+                base_value,
+                cand_value,
+                ci,
+                len(cand_values),
+                judged.change,
+                rule.threshold,
+                rule.floor,
+                judged.cls,
+                judged.reason,
+            )
+        )
 
     auc_rule = policy.curves.get("frontier_auc")
     if auc_rule is not None:
@@ -485,8 +560,12 @@ def _curve_rows(candidate: RunView, baselines: Sequence[RunView], policy: Policy
     at_rule = policy.curves.get("throughput_at_interactivity")
     if at_rule is not None:
         for x in at_rule.at:
-            add("throughput_at_interactivity", f"@{x:g}", at_rule,
-                lambda pts, x=x: curves.throughput_at(pts, x))
+            add(
+                "throughput_at_interactivity",
+                f"@{x:g}",
+                at_rule,
+                lambda pts, x=x: curves.throughput_at(pts, x),
+            )
     return rows
 
 
@@ -512,8 +591,16 @@ _HEADER = ("point", "metric", "baseline", "candidate", "CI", "change", "threshol
 
 def _cells(row: Row) -> tuple[str, ...]:
     ci = f"[{_fmt(row.ci[0])}, {_fmt(row.ci[1])}]" if row.ci else "-"
-    return (row.point, row.metric, _fmt(row.baseline), _fmt(row.candidate), ci, _change(row),
-            f"{100 * row.threshold:.0f}%/{row.floor:g}", row.cls)
+    return (
+        row.point,
+        row.metric,
+        _fmt(row.baseline),
+        _fmt(row.candidate),
+        ci,
+        _change(row),
+        f"{100 * row.threshold:.0f}%/{row.floor:g}",
+        row.cls,
+    )
 
 
 def render_table(verdict: Verdict, *, all_rows: bool = True) -> str:

@@ -50,8 +50,9 @@ def parse_metrics(text: str, *, timestamp: float, monotonic: float) -> list[Samp
         for sample in family.samples:
             if not sample.name.startswith(KEEP_PREFIX) or sample.name.endswith("_created"):
                 continue
-            out.append(Sample(timestamp, monotonic, sample.name, dict(sample.labels),
-                              float(sample.value)))
+            out.append(
+                Sample(timestamp, monotonic, sample.name, dict(sample.labels), float(sample.value))
+            )
     return out
 
 
@@ -134,8 +135,15 @@ def write_samples_csv(path: Path, samples: Iterable[Sample]) -> None:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(SAMPLE_COLUMNS)
     for s in samples:
-        writer.writerow([repr(s.timestamp), repr(s.monotonic), s.name,
-                         json.dumps(s.labels, sort_keys=True), repr(s.value)])
+        writer.writerow(
+            [
+                repr(s.timestamp),
+                repr(s.monotonic),
+                s.name,
+                json.dumps(s.labels, sort_keys=True),
+                repr(s.value),
+            ]
+        )
     atomic_write_text(path, buffer.getvalue())
 
 
@@ -143,6 +151,13 @@ def read_samples_csv(path: Path) -> list[Sample]:
     out: list[Sample] = []
     with open(path, encoding="utf-8", newline="") as handle:
         for row in csv.DictReader(handle):
-            out.append(Sample(float(row["timestamp"]), float(row["monotonic"]), row["name"],
-                              json.loads(row["labels"]), float(row["value"])))
+            out.append(
+                Sample(
+                    float(row["timestamp"]),
+                    float(row["monotonic"]),
+                    row["name"],
+                    json.loads(row["labels"]),
+                    float(row["value"]),
+                )
+            )
     return out

@@ -57,7 +57,7 @@ def _proc_stat(pid: int) -> tuple[int, int, str] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()
+    fields = text[text.rindex(")") + 2 :].split()
     return int(fields[1]), int(fields[2]), fields[0]
 
 
@@ -137,8 +137,10 @@ def remove_stale_offload_files(echo: Callable[[str], None] = print) -> list[str]
 
 
 def _uses_offloading(profile: Profile) -> bool:
-    return "OffloadingConnector" in str(profile.serve.get("kv-transfer-config", "")) \
+    return (
+        "OffloadingConnector" in str(profile.serve.get("kv-transfer-config", ""))
         or "kv-offloading-size" in profile.serve
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,9 +150,16 @@ def _uses_offloading(profile: Profile) -> bool:
 class VllmServer:
     """A vLLM server the harness owns. Context manager: __enter__ starts, __exit__ stops."""
 
-    def __init__(self, profile: Profile, *, log_path: Path, port: int | None = None,
-                 build: BuildEnv | None = None, echo: Callable[[str], None] | None = None,
-                 stop_timeouts: tuple[float, float, float] | None = None):
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        log_path: Path,
+        port: int | None = None,
+        build: BuildEnv | None = None,
+        echo: Callable[[str], None] | None = None,
+        stop_timeouts: tuple[float, float, float] | None = None,
+    ):
         self.profile = profile
         self.log_path = Path(log_path)
         self.port = port if port is not None else profile.port
@@ -161,7 +170,8 @@ class VllmServer:
         env_timeouts = os.environ.get("REPRO_STOP_TIMEOUTS")
         default = (60.0, 60.0, 30.0) if profile.gpus > 0 else (20.0, 15.0, 10.0)
         self.stop_timeouts = stop_timeouts or (
-            tuple(float(x) for x in env_timeouts.split(",")) if env_timeouts else default)
+            tuple(float(x) for x in env_timeouts.split(",")) if env_timeouts else default
+        )
         if len(self.stop_timeouts) != 3:
             raise ServerError(f"REPRO_STOP_TIMEOUTS={env_timeouts!r}: expected three numbers")
         self.served_model_name = profile.served_model_name
@@ -194,23 +204,27 @@ class VllmServer:
     # -- start ------------------------------------------------------------------------------
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
-        no_proxy = ",".join(filter(None, [env.get("NO_PROXY") or env.get("no_proxy"),
-                                          *LOOPBACK]))
+        no_proxy = ",".join(filter(None, [env.get("NO_PROXY") or env.get("no_proxy"), *LOOPBACK]))
         compile_root = cache_dir() / "compile" / self.profile.build
         cpu_build = get_build(self.profile.build).device == "cpu"
         if cpu_build or Path(self.model_path or "").exists():
             # local models never need the hub; a GPU profile naming a hub id may need to download
             env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-        env.update({
-            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-            "VLLM_HOST_IP": "127.0.0.1" if self.profile.host in LOOPBACK else
-            env.get("VLLM_HOST_IP", ""),
-            "VLLM_CACHE_ROOT": str(compile_root / "vllm"),
-            "TORCHINDUCTOR_CACHE_DIR": str(compile_root / "inductor"),
-            "TMPDIR": str(self._tmpdir),
-            "NO_PROXY": no_proxy, "no_proxy": no_proxy,
-            "PYTHONUNBUFFERED": "1",
-        })
+        env.update(
+            {
+                "VLLM_NO_USAGE_STATS": "1",
+                "DO_NOT_TRACK": "1",
+                "VLLM_HOST_IP": "127.0.0.1"
+                if self.profile.host in LOOPBACK
+                else env.get("VLLM_HOST_IP", ""),
+                "VLLM_CACHE_ROOT": str(compile_root / "vllm"),
+                "TORCHINDUCTOR_CACHE_DIR": str(compile_root / "inductor"),
+                "TMPDIR": str(self._tmpdir),
+                "NO_PROXY": no_proxy,
+                "no_proxy": no_proxy,
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         if not env["VLLM_HOST_IP"]:
             env.pop("VLLM_HOST_IP")
         if cpu_build:
@@ -224,8 +238,10 @@ class VllmServer:
             return self
         profile = self.profile
         if not port_is_free(profile.host, self.port):
-            raise ServerError(f"port {self.port} on {profile.host} is busy; pick another with "
-                              f"--port, or stop what is listening there")
+            raise ServerError(
+                f"port {self.port} on {profile.host} is busy; pick another with "
+                f"--port, or stop what is listening there"
+            )
         if profile.gpus > 0:
             have = nvidia_gpu_count()
             if have < profile.gpus:
@@ -233,7 +249,8 @@ class VllmServer:
                     f"profile {profile.name} needs {profile.gpus} NVIDIA GPU(s); this machine has "
                     f"{have}. Run the server where the GPUs are and attach to it with "
                     f"--url http://HOST:PORT (e.g. `repro sweep --profile {profile.name} "
-                    f"--url http://gpu-node:8000`)")
+                    f"--url http://gpu-node:8000`)"
+                )
         try:
             self._launch()
             self._wait_ready()
@@ -247,8 +264,12 @@ class VllmServer:
 
         self.build = self.build or ensure_build(self.profile.build, echo=self.echo)
         self.model_path = resolve_model(self.profile.model, self.build.python)
-        self.command = render_serve_command(self.profile, model_path=self.model_path,
-                                            port=self.port, executable=str(self.build.vllm))
+        self.command = render_serve_command(
+            self.profile,
+            model_path=self.model_path,
+            port=self.port,
+            executable=str(self.build.vllm),
+        )
         if self.profile.gpus > 0 and _uses_offloading(self.profile):
             remove_stale_offload_files(self.echo)
         self._tmpdir = Path(tempfile.mkdtemp(prefix=f"repro-vllm-{self.port}-"))
@@ -258,16 +279,24 @@ class VllmServer:
         self._log_handle.write(f"# repro: {shlex.join(self.command)}\n".encode())
         self._log_handle.flush()
         self._started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        self._proc = subprocess.Popen(self.command, stdout=self._log_handle,
-                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      env=self.env, cwd=self._tmpdir, start_new_session=True)
+        self._proc = subprocess.Popen(
+            self.command,
+            stdout=self._log_handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            cwd=self._tmpdir,
+            start_new_session=True,
+        )
         _LIVE.add(self)
         self.echo(f"vLLM pid {self._proc.pid} on {self.base_url}; log {self.log_path}")
 
     def _died(self, when: str) -> ServerError:
         code = self._proc.poll() if self._proc else None
-        return ServerError(f"vLLM ({self.profile.name}) exited with code {code} {when}; "
-                           f"log {self.log_path}, last lines:\n{self.log_tail()}")
+        return ServerError(
+            f"vLLM ({self.profile.name}) exited with code {code} {when}; "
+            f"log {self.log_path}, last lines:\n{self.log_tail()}"
+        )
 
     def _wait_ready(self) -> None:
         assert self._proc is not None
@@ -279,15 +308,19 @@ class VllmServer:
             if self._proc.poll() is not None:
                 raise self._died("during start-up")
             try:
-                if stage == "health" and \
-                        http.get(f"{self.base_url}/health", timeout=2).status_code == 200:
+                if (
+                    stage == "health"
+                    and http.get(f"{self.base_url}/health", timeout=2).status_code == 200
+                ):
                     stage = "models"
                 if stage == "models":
                     models = http.get(f"{self.base_url}/v1/models", timeout=5).json()
                     ids = [m.get("id") for m in models.get("data", [])]
                     if self.served_model_name not in ids:
-                        raise ServerError(f"/v1/models lists {ids}, not the served name "
-                                          f"{self.served_model_name!r}")
+                        raise ServerError(
+                            f"/v1/models lists {ids}, not the served name "
+                            f"{self.served_model_name!r}"
+                        )
                     stage = "warmup"
                 if stage == "warmup":
                     self._warm_up(http, deadline)
@@ -297,18 +330,30 @@ class VllmServer:
             except requests.RequestException:
                 pass
             time.sleep(POLL_S)
-        raise ServerError(f"vLLM ({self.profile.name}) not ready after "
-                          f"{self.profile.ready_timeout_s:.0f} s (stage {stage}); log "
-                          f"{self.log_path}, last lines:\n{self.log_tail()}")
+        raise ServerError(
+            f"vLLM ({self.profile.name}) not ready after "
+            f"{self.profile.ready_timeout_s:.0f} s (stage {stage}); log "
+            f"{self.log_path}, last lines:\n{self.log_tail()}"
+        )
 
     def _warm_up(self, http: requests.Session, deadline: float) -> None:
-        body = {"model": self.served_model_name, "max_tokens": 4, "ignore_eos": True,
-                "temperature": 0, "messages": [{"role": "user", "content": "Hello"}]}
-        response = http.post(f"{self.base_url}/v1/chat/completions", json=body,
-                             timeout=max(5.0, deadline - time.monotonic()))
+        body = {
+            "model": self.served_model_name,
+            "max_tokens": 4,
+            "ignore_eos": True,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": "Hello"}],
+        }
+        response = http.post(
+            f"{self.base_url}/v1/chat/completions",
+            json=body,
+            timeout=max(5.0, deadline - time.monotonic()),
+        )
         if response.status_code != 200:
-            raise ServerError(f"warm-up completion failed: HTTP {response.status_code} "
-                              f"{response.text[:300]}; log {self.log_path}")
+            raise ServerError(
+                f"warm-up completion failed: HTTP {response.status_code} "
+                f"{response.text[:300]}; log {self.log_path}"
+            )
 
     # -- state ------------------------------------------------------------------------------
     def alive(self) -> bool:
@@ -369,8 +414,9 @@ class VllmServer:
 
     def _terminate(self, proc: subprocess.Popen[bytes]) -> None:
         pgid = proc.pid  # start_new_session: the leader's pid is the group id
-        for sig, timeout in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL),
-                                self.stop_timeouts, strict=True):
+        for sig, timeout in zip(
+            (signal.SIGINT, signal.SIGTERM, signal.SIGKILL), self.stop_timeouts, strict=True
+        ):
             members = group_and_descendants(pgid, proc.pid)
             if not members and proc.poll() is not None:
                 break
@@ -406,7 +452,8 @@ def _live_facts(base_url: str) -> dict[str, Any]:
         facts["version"] = None
     try:
         facts["cache_config_info"] = cache_config_labels(
-            http.get(f"{base_url}/metrics", timeout=10).text)
+            http.get(f"{base_url}/metrics", timeout=10).text
+        )
     except (requests.RequestException, ValueError):
         facts["cache_config_info"] = []
     return facts
@@ -483,9 +530,14 @@ def _raise_shutdown(signum: int, _frame: Any) -> None:
     raise _Shutdown(signal.Signals(signum).name)
 
 
-def serve_until_signalled(profile_name: str, *, port: int | None = None,
-                          overrides: Sequence[str] = (), log_dir: Path | None = None,
-                          echo: Callable[[str], None] | None = None) -> None:
+def serve_until_signalled(
+    profile_name: str,
+    *,
+    port: int | None = None,
+    overrides: Sequence[str] = (),
+    log_dir: Path | None = None,
+    echo: Callable[[str], None] | None = None,
+) -> None:
     """Start, print `ready <base-url>` (flushed), serve until Ctrl-C/SIGTERM, then tear down."""
     from harness.results import atomic_write_json
 
@@ -499,7 +551,9 @@ def serve_until_signalled(profile_name: str, *, port: int | None = None,
     def status(msg: str) -> None:  # progress goes to stderr: stdout carries only `ready <url>`
         print(msg, file=sys.stderr, flush=True)
 
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    previous = {
+        sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    }
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_shutdown)
     server = VllmServer(profile, log_path=log_dir / "server.log", port=port, echo=status)

@@ -103,8 +103,11 @@ def _select(points: list[tuple[int, int]], only: Sequence[str] | None) -> set[in
     wanted = {item.strip() for entry in only for item in entry.split(",") if item.strip()}
     chosen: set[int] = set()
     for want in wanted:
-        hits = {i for i, (p, n) in enumerate(points)
-                if want in (f"c{p}", str(p), f"{p}x{n}", point_id(p, n, 0)[:-3])}
+        hits = {
+            i
+            for i, (p, n) in enumerate(points)
+            if want in (f"c{p}", str(p), f"{p}x{n}", point_id(p, n, 0)[:-3])
+        }
         if not hits:
             known = ", ".join(f"c{p}" for p, _ in points)
             raise ConfigError(f"--points: {want!r} is not a point of this sweep (points: {known})")
@@ -112,8 +115,14 @@ def _select(points: list[tuple[int, int]], only: Sequence[str] | None) -> set[in
     return chosen
 
 
-def plan_points(points: list[tuple[int, int]], *, dataset_offset: int, num_conversations: int,
-                repeats: int = 1, only: Sequence[str] | None = None) -> list[PlannedPoint]:
+def plan_points(
+    points: list[tuple[int, int]],
+    *,
+    dataset_offset: int,
+    num_conversations: int,
+    repeats: int = 1,
+    only: Sequence[str] | None = None,
+) -> list[PlannedPoint]:
     """Points in run order (repeat-major), with the offsets of the blog's single command.
 
     Repeat r > 0 of a point advances its offset by r x number (mod the dataset size), so repeats
@@ -132,9 +141,17 @@ def plan_points(points: list[tuple[int, int]], *, dataset_offset: int, num_conve
                 continue
             if repeat:
                 point_offset = (point_offset + repeat * number) % max(num_conversations, 1)
-            planned.append(PlannedPoint(
-                point_id(parallel, number, repeat), f"c{parallel}", parallel, number, repeat,
-                point_offset, _rotation(num_conversations, point_offset, number)))
+            planned.append(
+                PlannedPoint(
+                    point_id(parallel, number, repeat),
+                    f"c{parallel}",
+                    parallel,
+                    number,
+                    repeat,
+                    point_offset,
+                    _rotation(num_conversations, point_offset, number),
+                )
+            )
     return planned
 
 
@@ -182,21 +199,29 @@ def _dataset(spec: str, *, build: bool) -> DatasetFacts:
                 raise
         else:
             info = ensure_dataset(spec)
-            return DatasetFacts(Path(info.path), info.sha256, info.num_conversations,
-                                info.num_turns, dict(info.manifest or {}), True)
+            return DatasetFacts(
+                Path(info.path),
+                info.sha256,
+                info.num_conversations,
+                info.num_turns,
+                dict(info.manifest or {}),
+                True,
+            )
     if path.suffix == ".json" and path.is_file():
         data = json.loads(path.read_text(encoding="utf-8"))
         conversations = data.get("conversations") or []
         turns = len(conversations[0]) if conversations else 0
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        return DatasetFacts(path, digest, len(conversations), turns, data.get("metadata") or {},
-                            True)
+        return DatasetFacts(
+            path, digest, len(conversations), turns, data.get("metadata") or {}, True
+        )
     from harness.paths import DATASETS_DIR
 
     recipe = path if path.suffix in (".yaml", ".yml") else DATASETS_DIR / f"{spec}.yaml"
     if not recipe.is_file():
-        raise DatasetError(f"dataset {spec!r}: no built JSON, recipe file or "
-                           f"{DATASETS_DIR}/{spec}.yaml")
+        raise DatasetError(
+            f"dataset {spec!r}: no built JSON, recipe file or {DATASETS_DIR}/{spec}.yaml"
+        )
     import yaml
 
     data = yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}
@@ -221,8 +246,12 @@ def _host_facts() -> dict[str, Any]:
 
         return host_facts()
     except Exception:  # noqa: BLE001 - host facts are informational
-        return {"hostname": socket.gethostname(), "platform": platform.platform(),
-                "cpus": os.cpu_count(), "python": sys.version.split()[0]}
+        return {
+            "hostname": socket.gethostname(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+        }
 
 
 def _load_profile(profile: Any, overrides: Sequence[str]) -> Any:
@@ -245,8 +274,9 @@ class Progress:
         self.log_every_s = log_every_s
         self._last_log = 0.0
 
-    def update(self, label: str, elapsed: float, done: tuple[int, int] | None,
-               running: float | None) -> None:
+    def update(
+        self, label: str, elapsed: float, done: tuple[int, int] | None, running: float | None
+    ) -> None:
         conv = f"{done[0]}/{done[1]} conv" if done else "-/- conv"
         run = f"{running:.0f}" if running is not None else "-"
         line = f"  {label}: {elapsed:6.0f}s  {conv}  running {run}"
@@ -271,18 +301,30 @@ class _Interrupted(Exception):
     pass
 
 
-def _warm_up(base_url: str, model: str, *, count: int, max_tokens: int, extra: dict[str, Any],
-             timeout_s: float) -> list[str]:
+def _warm_up(
+    base_url: str,
+    model: str,
+    *,
+    count: int,
+    max_tokens: int,
+    extra: dict[str, Any],
+    timeout_s: float,
+) -> list[str]:
     """Warm-up completions outside the scrape window; returns error strings (empty = fine)."""
     errors: list[str] = []
     session = requests.Session()
     session.trust_env = False
     for i in range(count):
-        body = {"model": model, "max_tokens": max_tokens, "temperature": 0.0, "stream": False,
-                "messages": [{"role": "user", "content": f"repro warm-up request {i}"}], **extra}
+        body = {
+            "model": model,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "stream": False,
+            "messages": [{"role": "user", "content": f"repro warm-up request {i}"}],
+            **extra,
+        }
         try:
-            response = session.post(f"{base_url}/v1/chat/completions", json=body,
-                                    timeout=timeout_s)
+            response = session.post(f"{base_url}/v1/chat/completions", json=body, timeout=timeout_s)
             if response.status_code != 200:
                 errors.append(f"warm-up {i}: HTTP {response.status_code}")
         except requests.RequestException as exc:
@@ -300,23 +342,43 @@ def _alive(server: Any) -> bool:
 # --------------------------------------------------------------------------- one point
 
 
-def run_point(plan: PlannedPoint, *, layout: RunLayout, server: Any, args: ClientArgs,
-              turns: int, spec: Any, gpus: int, progress: Progress,
-              expected_turn_tokens: int | None = None) -> PointRecord:
+def run_point(
+    plan: PlannedPoint,
+    *,
+    layout: RunLayout,
+    server: Any,
+    args: ClientArgs,
+    turns: int,
+    spec: Any,
+    gpus: int,
+    progress: Progress,
+    expected_turn_tokens: int | None = None,
+) -> PointRecord:
     """Run one point against a live server and return its (not yet written) record."""
     pdir = layout.point_dir(plan.point_id)
     pdir.mkdir(parents=True, exist_ok=True)
     out_dir = layout.evalscope_dir(plan.point_id)
     name = plan.point_id
-    cmd = client_command(args, parallel=plan.parallel, number=plan.number,
-                         dataset_offset=plan.dataset_offset, name=name, outputs_dir=out_dir,
-                         executable=evalscope_executable())
+    cmd = client_command(
+        args,
+        parallel=plan.parallel,
+        number=plan.number,
+        dataset_offset=plan.dataset_offset,
+        name=name,
+        outputs_dir=out_dir,
+        executable=evalscope_executable(),
+    )
     notes: list[str] = []
     reasons: list[str] = []
 
-    warm = _warm_up(server.base_url, args.model, count=spec.warmup_requests,
-                    max_tokens=args.max_tokens, extra=args.extra_args,
-                    timeout_s=min(spec.point_timeout_s, 600.0))
+    warm = _warm_up(
+        server.base_url,
+        args.model,
+        count=spec.warmup_requests,
+        max_tokens=args.max_tokens,
+        extra=args.extra_args,
+        timeout_s=min(spec.point_timeout_s, 600.0),
+    )
     notes += warm
 
     scraper = Scraper(f"{server.base_url}/metrics", spec.scrape_interval_s)
@@ -328,8 +390,9 @@ def run_point(plan: PlannedPoint, *, layout: RunLayout, server: Any, args: Clien
         progress.update(plan.label, elapsed, conversations_done(log_path), scraper.last_running)
 
     try:
-        child = run_child(cmd, log_path=log_path, timeout_s=spec.point_timeout_s,
-                          env=client_env(), on_tick=tick)
+        child = run_child(
+            cmd, log_path=log_path, timeout_s=spec.point_timeout_s, env=client_env(), on_tick=tick
+        )
     finally:
         scraper.stop()
         progress.done()
@@ -360,16 +423,25 @@ def run_point(plan: PlannedPoint, *, layout: RunLayout, server: Any, args: Clien
         if client.failed_requests:
             reasons.append(f"EvalScope reported {client.failed_requests} failed requests")
         if client.total_requests != expected:
-            reasons.append(f"total requests {client.total_requests} != "
-                           f"{plan.number} conversations x {turns} turns = {expected}")
+            reasons.append(
+                f"total requests {client.total_requests} != "
+                f"{plan.number} conversations x {turns} turns = {expected}"
+            )
         elif client.success_requests != expected:
             reasons.append(f"success requests {client.success_requests} != {expected}")
 
-    derived = derive_point_metrics(samples, client=client, percentiles=percentiles,
-                                   requests=timings, parallel=plan.parallel, gpus=gpus)
+    derived = derive_point_metrics(
+        samples,
+        client=client,
+        percentiles=percentiles,
+        requests=timings,
+        parallel=plan.parallel,
+        gpus=gpus,
+    )
     if derived.counter_resets:
-        reasons.append(f"server counters reset {derived.counter_resets}x in the window "
-                       "(server restarted)")
+        reasons.append(
+            f"server counters reset {derived.counter_resets}x in the window (server restarted)"
+        )
     if derived.metrics.get("occupancy") is None:
         notes.append("no non-zero vllm:num_requests_running sample: occupancy is null")
 
@@ -381,21 +453,37 @@ def run_point(plan: PlannedPoint, *, layout: RunLayout, server: Any, args: Clien
     else:
         window = (child.started_at, child.ended_at)
     busy = window[1] - window[0] if timings else None
-    fidelity = check_fidelity(read_request_bodies(ev_dir),
-                              expected_turn_tokens=expected_turn_tokens)
+    fidelity = check_fidelity(
+        read_request_bodies(ev_dir), expected_turn_tokens=expected_turn_tokens
+    )
     fidelity.update(derived.info)
     notes += fidelity.get("warnings", [])
 
     return PointRecord(
-        point_id=plan.point_id, label=plan.label, parallel=plan.parallel, number=plan.number,
-        repeat=plan.repeat, dataset_offset=plan.dataset_offset,
-        conversations=plan.conversations, turns=turns, expected_requests=expected,
-        started_at=child.started_at, ended_at=child.ended_at, window=window,
-        valid=not reasons, invalid_reasons=reasons, client=client, metrics=derived.metrics,
-        samples=scraper.scrapes_ok, scrape_gaps=len(gaps), client_command=cmd,
+        point_id=plan.point_id,
+        label=plan.label,
+        parallel=plan.parallel,
+        number=plan.number,
+        repeat=plan.repeat,
+        dataset_offset=plan.dataset_offset,
+        conversations=plan.conversations,
+        turns=turns,
+        expected_requests=expected,
+        started_at=child.started_at,
+        ended_at=child.ended_at,
+        window=window,
+        valid=not reasons,
+        invalid_reasons=reasons,
+        client=client,
+        metrics=derived.metrics,
+        samples=scraper.scrapes_ok,
+        scrape_gaps=len(gaps),
+        client_command=cmd,
         client_exit_code=child.exit_code,
         overhead_s=(child.ended_at - child.started_at - busy) if busy is not None else None,
-        server_restarts=derived.counter_resets, fidelity=fidelity, notes=notes,
+        server_restarts=derived.counter_resets,
+        fidelity=fidelity,
+        notes=notes,
     )
 
 
@@ -410,9 +498,14 @@ def repeat_aggregates(points: list[PointRecord]) -> list[dict[str, Any]]:
     rows = []
     for (parallel, number), members in sorted(groups.items()):
         valid = [p for p in members if p.valid]
-        row: dict[str, Any] = {"point": point_id(parallel, number, 0)[:-3], "label": members[0].label,
-                               "parallel": parallel, "number": number,
-                               "repeats": len(members), "valid_repeats": len(valid)}
+        row: dict[str, Any] = {
+            "point": point_id(parallel, number, 0)[:-3],
+            "label": members[0].label,
+            "parallel": parallel,
+            "number": number,
+            "repeats": len(members),
+            "valid_repeats": len(valid),
+        }
         for key in METRICS:
             values = [p.metrics[key] for p in valid if p.metrics.get(key) is not None]
             if values:
@@ -424,8 +517,9 @@ def repeat_aggregates(points: list[PointRecord]) -> list[dict[str, Any]]:
     return rows
 
 
-def write_run_summary(layout: RunLayout, run_id: str, points: list[PointRecord],
-                      repeats: int) -> None:
+def write_run_summary(
+    layout: RunLayout, run_id: str, points: list[PointRecord], repeats: int
+) -> None:
     summary = write_summary(layout, run_id, points)
     if repeats > 1:
         aggregates = repeat_aggregates(points)
@@ -435,8 +529,16 @@ def write_run_summary(layout: RunLayout, run_id: str, points: list[PointRecord],
 
 
 def summary_table(points: list[PointRecord]) -> str:
-    cols = [("point", 16), ("valid", 7), ("occupancy", 11), ("interactivity", 15),
-            ("tput/GPU", 11), ("TPOT ms", 10), ("accept", 8), ("preempt", 8)]
+    cols = [
+        ("point", 16),
+        ("valid", 7),
+        ("occupancy", 11),
+        ("interactivity", 15),
+        ("tput/GPU", 11),
+        ("TPOT ms", 10),
+        ("accept", 8),
+        ("preempt", 8),
+    ]
     lines = ["".join(name.ljust(width) for name, width in cols)]
 
     def fmt(value: float | None) -> str:
@@ -444,10 +546,16 @@ def summary_table(points: list[PointRecord]) -> str:
 
     for p in sorted(points, key=lambda p: (p.repeat, p.parallel, p.number)):
         m = p.metrics
-        cells = [p.point_id, "yes" if p.valid else "NO", fmt(m.get("occupancy")),
-                 fmt(m.get("interactivity")), fmt(m.get("throughput_per_gpu")),
-                 fmt(m.get("mean_tpot_ms")), fmt(m.get("mtp_acceptance_length")),
-                 fmt(m.get("preemptions"))]
+        cells = [
+            p.point_id,
+            "yes" if p.valid else "NO",
+            fmt(m.get("occupancy")),
+            fmt(m.get("interactivity")),
+            fmt(m.get("throughput_per_gpu")),
+            fmt(m.get("mean_tpot_ms")),
+            fmt(m.get("mtp_acceptance_length")),
+            fmt(m.get("preemptions")),
+        ]
         lines.append("".join(c.ljust(w) for c, (_, w) in zip(cells, cols, strict=True)))
     return "\n".join(lines)
 
@@ -473,9 +581,19 @@ def _set_aside_unfinished(layout: RunLayout, pid: str) -> None:
         pdir.rename(attempts / f"{pid}-{n}")
 
 
-def _print_plan(echo: Echo, *, profile: Any, planned: list[PlannedPoint], ds: DatasetFacts,
-                turns: int, args: ClientArgs, serve_cmd: list[str] | None, url: str | None,
-                run_dir: Path, spec: Any) -> None:
+def _print_plan(
+    echo: Echo,
+    *,
+    profile: Any,
+    planned: list[PlannedPoint],
+    ds: DatasetFacts,
+    turns: int,
+    args: ClientArgs,
+    serve_cmd: list[str] | None,
+    url: str | None,
+    run_dir: Path,
+    spec: Any,
+) -> None:
     echo(f"plan for profile {profile.name} -> {run_dir}")
     if url:
         echo(f"server: attach to {url}")
@@ -483,28 +601,37 @@ def _print_plan(echo: Echo, *, profile: Any, planned: list[PlannedPoint], ds: Da
         echo(f"server ({profile.build}): {shlex.join(serve_cmd or [])}")
     ds_where = ds.path if ds.path else f"{ds.manifest.get('recipe')} (not built yet)"
     echo(f"dataset: {ds_where}; {ds.num_conversations} conversations x {ds.num_turns} turns")
-    echo(f"warm-up: {spec.warmup_requests} requests before each point; scrape every "
-         f"{spec.scrape_interval_s}s; timeout {spec.point_timeout_s:.0f}s per point")
+    echo(
+        f"warm-up: {spec.warmup_requests} requests before each point; scrape every "
+        f"{spec.scrape_interval_s}s; timeout {spec.point_timeout_s:.0f}s per point"
+    )
     seen: dict[int, str] = {}
     for plan in planned:
         reused = sorted({seen[c] for c in plan.conversations if c in seen})
         conv = _ranges(plan.conversations)
         extra = f"  reuses conversations of {', '.join(reused)}" if reused else ""
-        echo(f"  {plan.point_id} ({plan.label}): offset {plan.dataset_offset}, "
-             f"{plan.number} conversations [{conv}], {plan.number * turns} requests{extra}")
+        echo(
+            f"  {plan.point_id} ({plan.label}): offset {plan.dataset_offset}, "
+            f"{plan.number} conversations [{conv}], {plan.number * turns} requests{extra}"
+        )
         for c in plan.conversations:
             seen.setdefault(c, plan.point_id)
     if planned:
         first = planned[0]
-        cmd = client_command(args, parallel=first.parallel, number=first.number,
-                             dataset_offset=first.dataset_offset, name=first.point_id,
-                             outputs_dir=run_dir / "points" / first.point_id / "evalscope",
-                             executable="evalscope")
+        cmd = client_command(
+            args,
+            parallel=first.parallel,
+            number=first.number,
+            dataset_offset=first.dataset_offset,
+            name=first.point_id,
+            outputs_dir=run_dir / "points" / first.point_id / "evalscope",
+            executable="evalscope",
+        )
         echo("client (first point): " + " ".join(_quote(c) for c in cmd))
 
 
 def _quote(arg: str) -> str:
-    return f"'{arg}'" if any(ch in arg for ch in " {}\"") else arg
+    return f"'{arg}'" if any(ch in arg for ch in ' {}"') else arg
 
 
 def _ranges(values: list[int]) -> str:
@@ -522,11 +649,23 @@ def _ranges(values: list[int]) -> str:
     return ", ".join(parts)
 
 
-def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | None = None,
-              url: str | None = None, out: Path | None = None, run_id: str | None = None,
-              resume: Path | None = None, dry_run: bool = False, fail_fast: bool = False,
-              repeats: int = 1, only_points: Sequence[str] | None = None, report: bool = True,
-              echo: Echo = click.echo, port: int | None = None) -> Path:
+def run_sweep(
+    profile: Any,
+    *,
+    overrides: Sequence[str] = (),
+    dataset: str | None = None,
+    url: str | None = None,
+    out: Path | None = None,
+    run_id: str | None = None,
+    resume: Path | None = None,
+    dry_run: bool = False,
+    fail_fast: bool = False,
+    repeats: int = 1,
+    only_points: Sequence[str] | None = None,
+    report: bool = True,
+    echo: Echo = click.echo,
+    port: int | None = None,
+) -> Path:
     """Run (or plan, or resume) a sweep; returns the run directory.
 
     `port` (engine vllm only) overrides the profile's port for this run; it does not enter the
@@ -540,8 +679,10 @@ def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | Non
             raise RunError(f"{resume}: run is complete; a finished run is never overwritten")
         given = None if profile is None else getattr(profile, "name", str(profile))
         if given is not None and manifest.profile_name not in (given, Path(given).stem):
-            raise RunError(f"{resume}: the run used profile {manifest.profile_name!r}, not "
-                           f"{profile!r}; --resume takes the run's own profile (omit --profile)")
+            raise RunError(
+                f"{resume}: the run used profile {manifest.profile_name!r}, not "
+                f"{profile!r}; --resume takes the run's own profile (omit --profile)"
+            )
         from harness.profiles import Profile
 
         prof = Profile.model_validate(manifest.profile)
@@ -560,28 +701,42 @@ def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | Non
         rid = run_id or f"{prof.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
         run_dir = Path(out or results_dir()) / rid
         if run_dir.exists() and not dry_run:
-            raise RunError(f"{run_dir}: already exists; a run is never overwritten "
-                           "(use --resume to continue it, or another --run-id)")
+            raise RunError(
+                f"{run_dir}: already exists; a run is never overwritten "
+                "(use --resume to continue it, or another --run-id)"
+            )
     spec = prof.sweep
     gpus = max(int(prof.gpus), 1)
 
     ds = _dataset(str(dataset_spec), build=not dry_run)
     if manifest is not None and ds.sha256 != manifest.dataset.get("sha256"):
-        raise RunError(f"{run_dir}: dataset {ds.path} has sha256 {ds.sha256}, the run used "
-                       f"{manifest.dataset.get('sha256')}")
+        raise RunError(
+            f"{run_dir}: dataset {ds.path} has sha256 {ds.sha256}, the run used "
+            f"{manifest.dataset.get('sha256')}"
+        )
     turns = _turns(ds.num_turns, spec.max_turns)
-    planned = plan_points([tuple(p) for p in spec.points], dataset_offset=spec.dataset_offset,
-                          num_conversations=ds.num_conversations, repeats=repeats,
-                          only=only_points)
+    planned = plan_points(
+        [tuple(p) for p in spec.points],
+        dataset_offset=spec.dataset_offset,
+        num_conversations=ds.num_conversations,
+        repeats=repeats,
+        only=only_points,
+    )
     if manifest is not None:
         planned = [p for p in planned if p.point_id in set(manifest.planned_points)] or planned
     extra = {"ignore_eos": True} if spec.ignore_eos else {}
     extra.update(spec.extra_args)
 
     def client_args(model: str, base_url: str) -> ClientArgs:
-        return ClientArgs(model=model, base_url=base_url, dataset_path=ds.path or Path("<dataset>"),
-                          max_tokens=spec.max_tokens, multi_turn=spec.multi_turn,
-                          max_turns=spec.max_turns, extra_args=extra)
+        return ClientArgs(
+            model=model,
+            base_url=base_url,
+            dataset_path=ds.path or Path("<dataset>"),
+            max_tokens=spec.max_tokens,
+            multi_turn=spec.multi_turn,
+            max_turns=spec.max_turns,
+            extra_args=extra,
+        )
 
     if dry_run:
         serve_cmd = None
@@ -590,9 +745,18 @@ def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | Non
 
             serve_cmd = render_serve_command(prof, port=port)
         base = (url or f"http://{prof.host}:{port or prof.port}").rstrip("/").removesuffix("/v1")
-        _print_plan(echo, profile=prof, planned=planned, ds=ds, turns=turns,
-                    args=client_args(prof.served_model_name, base), serve_cmd=serve_cmd, url=url,
-                    run_dir=run_dir, spec=spec)
+        _print_plan(
+            echo,
+            profile=prof,
+            planned=planned,
+            ds=ds,
+            turns=turns,
+            args=client_args(prof.served_model_name, base),
+            serve_cmd=serve_cmd,
+            url=url,
+            run_dir=run_dir,
+            spec=spec,
+        )
         echo("dry run: nothing written")
         return run_dir
 
@@ -602,20 +766,38 @@ def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | Non
     if manifest is None:
         run_dir.mkdir(parents=True, exist_ok=False)
         manifest = RunManifest(
-            run_id=run_dir.name, status="running", created_at=time.time(),
-            harness_version=__version__, engine="url" if url else "vllm",
-            base_url=url or f"http://{prof.host}:{port or prof.port}", profile_name=prof.name,
-            profile=profile_dump, overrides=list(overrides), gpus=gpus,
-            dataset={"spec": str(dataset_spec), "path": str(ds.path), "sha256": ds.sha256,
-                     "num_conversations": ds.num_conversations, "num_turns": ds.num_turns,
-                     # per-conversation detail stays in the dataset's own manifest file
-                     "manifest": {k: v for k, v in ds.manifest.items() if k != "conversations"}},
-            workload_key=workload_key(dataset_sha256=ds.sha256 or "", sweep=sweep_dump,
-                                      profile=profile_dump),
-            client={"name": "evalscope", "version": client_version(),
-                    "executable": str(evalscope_executable())},
-            host=_host_facts(), sweep=sweep_dump,
-            planned_points=[p.point_id for p in planned], repeats=repeats)
+            run_id=run_dir.name,
+            status="running",
+            created_at=time.time(),
+            harness_version=__version__,
+            engine="url" if url else "vllm",
+            base_url=url or f"http://{prof.host}:{port or prof.port}",
+            profile_name=prof.name,
+            profile=profile_dump,
+            overrides=list(overrides),
+            gpus=gpus,
+            dataset={
+                "spec": str(dataset_spec),
+                "path": str(ds.path),
+                "sha256": ds.sha256,
+                "num_conversations": ds.num_conversations,
+                "num_turns": ds.num_turns,
+                # per-conversation detail stays in the dataset's own manifest file
+                "manifest": {k: v for k, v in ds.manifest.items() if k != "conversations"},
+            },
+            workload_key=workload_key(
+                dataset_sha256=ds.sha256 or "", sweep=sweep_dump, profile=profile_dump
+            ),
+            client={
+                "name": "evalscope",
+                "version": client_version(),
+                "executable": str(evalscope_executable()),
+            },
+            host=_host_facts(),
+            sweep=sweep_dump,
+            planned_points=[p.point_id for p in planned],
+            repeats=repeats,
+        )
     else:
         manifest.status = "running"
         manifest.notes.append(f"resumed at {time.time():.0f}")
@@ -623,13 +805,16 @@ def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | Non
 
     finished = _finished_points(layout)
     todo = [p for p in planned if p.point_id not in finished]
-    echo(f"run {manifest.run_id}: {len(planned)} points ({len(finished)} already finished) "
-         f"-> {run_dir}")
+    echo(
+        f"run {manifest.run_id}: {len(planned)} points ({len(finished)} already finished) "
+        f"-> {run_dir}"
+    )
 
     server: Any = None
     status = "failed"
     previous_sigterm = None
     if threading_main():
+
         def on_sigterm(signum: int, frame: Any) -> None:
             raise KeyboardInterrupt
 
@@ -647,9 +832,14 @@ def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | Non
         else:
             manifest.launch = server.provenance()
         manifest.client["command_template"] = client_command(
-            client_args(model, base_url), parallel="<parallel>", number="<number>",  # type: ignore[arg-type]
+            client_args(model, base_url),
+            parallel="<parallel>",
+            number="<number>",  # type: ignore[arg-type]
             dataset_offset="<offset>",  # type: ignore[arg-type]
-            name="<point>", outputs_dir=Path("<point dir>/evalscope"), executable="evalscope")
+            name="<point>",
+            outputs_dir=Path("<point dir>/evalscope"),
+            executable="evalscope",
+        )
         atomic_write_json(layout.manifest, manifest)
 
         args = client_args(model, base_url)
@@ -666,11 +856,21 @@ def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | Non
                 echo(f"server not alive before {plan.point_id}: restarting")
                 server.restart()
             _set_aside_unfinished(layout, plan.point_id)
-            echo(f"{plan.point_id} ({plan.label}): offset {plan.dataset_offset}, "
-                 f"{plan.number} conversations x {turns} turns")
-            record = run_point(plan, layout=layout, server=server, args=args, turns=turns,
-                               spec=spec, gpus=gpus, progress=progress,
-                               expected_turn_tokens=int(expected_turn) if expected_turn else None)
+            echo(
+                f"{plan.point_id} ({plan.label}): offset {plan.dataset_offset}, "
+                f"{plan.number} conversations x {turns} turns"
+            )
+            record = run_point(
+                plan,
+                layout=layout,
+                server=server,
+                args=args,
+                turns=turns,
+                spec=spec,
+                gpus=gpus,
+                progress=progress,
+                expected_turn_tokens=int(expected_turn) if expected_turn else None,
+            )
             if not _alive(server) and not url:
                 echo(f"  server died during {plan.point_id}: restarting")
                 record.notes.append("server restarted after this point")
@@ -681,10 +881,12 @@ def run_sweep(profile: Any, *, overrides: Sequence[str] = (), dataset: str | Non
             write_run_summary(layout, manifest.run_id, points, repeats)
             m = record.metrics
             state = "valid" if record.valid else "INVALID: " + "; ".join(record.invalid_reasons)
-            echo(f"  {plan.point_id}: {state}; occupancy {_fmt(m.get('occupancy'))}, "
-                 f"interactivity {_fmt(m.get('interactivity'))}, tput/GPU "
-                 f"{_fmt(m.get('throughput_per_gpu'))}, samples {record.samples}, "
-                 f"gaps {record.scrape_gaps}")
+            echo(
+                f"  {plan.point_id}: {state}; occupancy {_fmt(m.get('occupancy'))}, "
+                f"interactivity {_fmt(m.get('interactivity'))}, tput/GPU "
+                f"{_fmt(m.get('throughput_per_gpu'))}, samples {record.samples}, "
+                f"gaps {record.scrape_gaps}"
+            )
             if fail_fast and not record.valid:
                 stopped_early = True
                 break
@@ -723,12 +925,14 @@ def threading_main() -> bool:
 
 
 def _fmt(value: float | None) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
-        else f"{value:.2f}"
+    return (
+        "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
+    )
 
 
-def _start_server(prof: Any, layout: RunLayout, url: str | None, echo: Echo,
-                  port: int | None = None) -> Any:
+def _start_server(
+    prof: Any, layout: RunLayout, url: str | None, echo: Echo, port: int | None = None
+) -> Any:
     from harness.server import AttachedServer, VllmServer
 
     if url:
@@ -787,8 +991,7 @@ def list_runs(out: Path | None = None) -> list[str]:
             continue
         m = run.manifest
         counts = f"{len(run.valid_points())}/{len(run.points)}/{len(m.planned_points)}"
-        lines.append(f"{m.run_id:40} {m.status:9} {m.profile_name:20} {counts:19} "
-                     f"{m.workload_key}")
+        lines.append(f"{m.run_id:40} {m.status:9} {m.profile_name:20} {counts:19} {m.workload_key}")
     return lines
 
 
@@ -800,9 +1003,13 @@ def show_run(run: Path) -> str:
         raise RunError(f"{run}: no such run directory (nor under {results_dir()})")
     loaded = load_run(path)
     m = read_manifest(path)
-    head = [f"run {m.run_id}  status {m.status}  profile {m.profile_name}  engine {m.engine}",
-            (f"dataset sha256 {m.dataset.get('sha256')}  workload {m.workload_key}  "
-            f"client {m.client.get('name')} {m.client.get('version')}")]
+    head = [
+        f"run {m.run_id}  status {m.status}  profile {m.profile_name}  engine {m.engine}",
+        (
+            f"dataset sha256 {m.dataset.get('sha256')}  workload {m.workload_key}  "
+            f"client {m.client.get('name')} {m.client.get('version')}"
+        ),
+    ]
     if m.overrides:
         head.append("overrides: " + " ".join(m.overrides))
     return "\n".join(head + [summary_table(loaded.points)])

@@ -57,8 +57,9 @@ def server_factory(cpu_build, tmp_path_factory: pytest.TempPathFactory) -> Itera
     log_dir = tmp_path_factory.mktemp("vllm-servers")
     servers: dict[tuple[str, tuple[str, ...]], VllmServer] = {}
 
-    def factory(profile: str = "cpu-tiny-mtp", port: int | None = None,
-                overrides: Sequence[str] = ()) -> VllmServer:
+    def factory(
+        profile: str = "cpu-tiny-mtp", port: int | None = None, overrides: Sequence[str] = ()
+    ) -> VllmServer:
         key = (profile, tuple(overrides))
         server = servers.get(key)
         if server is not None and server.alive():

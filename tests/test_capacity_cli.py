@@ -26,7 +26,17 @@ def test_done_means_command() -> None:
     # baseline 2, HiSparse 29 (14.50x, 173 GiB), MTP3 18 (9.00x, 107 GiB = ceil(18 x 2219 x
     # 2,875,392 / 2^30) = ceil(106.96))
     assert row.split()[:11] == [
-        "142,000", "2", "29", "14.50x", "173", "GiB", "|", "18", "9.00x", "107", "GiB",
+        "142,000",
+        "2",
+        "29",
+        "14.50x",
+        "173",
+        "GiB",
+        "|",
+        "18",
+        "9.00x",
+        "107",
+        "GiB",
     ]
     assert "MTP3 figure: (3 + 2) x 2,048 = 10,240 rows" in out
     assert "GPU HBM per DP group at 29 requests" in out
@@ -37,8 +47,14 @@ def test_json_schema() -> None:
         _invoke("--json", "--seq-len", "74160", "--seq-len", "1048576", "--spec-tokens", "3")
     )
     assert [r["seq_len"] for r in rows] == [74160, 1048576]
-    required = {"seq_len", "baseline_requests", "hisparse_requests", "multiplier",
-                "min_host_pool_gib", "kv_gib_per_gpu"}
+    required = {
+        "seq_len",
+        "baseline_requests",
+        "hisparse_requests",
+        "multiplier",
+        "min_host_pool_gib",
+        "kv_gib_per_gpu",
+    }
     for row in rows:
         assert required <= set(row)
         assert row["kv_gib_per_gpu"] == 17.8
@@ -91,7 +107,10 @@ def test_plot_is_offline_html(tmp_path: Path) -> None:
 def test_errors_exit_2_with_message() -> None:
     proc = subprocess.run(
         [sys.executable, "-c", "from harness.cli import main; main()", "capacity", "--tp", "1"],
-        check=False, capture_output=True, text=True, timeout=60,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: GLM-5.3 does not fit"), proc.stderr
@@ -112,8 +131,16 @@ def test_errors_exit_2_with_message() -> None:
 
 def test_help_lists_options() -> None:
     out = _invoke("--help")
-    for option in ("--spec-tokens", "--seq-range", "--host-pool-gib", "--run", "--plot",
-                   "--indexer-offload-gib", "--share-host / --no-share-host", '"inf"'):
+    for option in (
+        "--spec-tokens",
+        "--seq-range",
+        "--host-pool-gib",
+        "--run",
+        "--plot",
+        "--indexer-offload-gib",
+        "--share-host / --no-share-host",
+        '"inf"',
+    ):
         assert option in out
 
 

@@ -41,7 +41,11 @@ def test_h200_tp8_fp8_weights_kv_and_pools() -> None:
     # ceil(142000 / 64) = ceil(2218.75) = 2219 blocks per request
     assert lim.baseline_per_request == 2219
     # per request = 2219 indexer + 20 x ceil(4096/64)=1280 hot + 20 x 2 = 40 retained = 3539
-    assert (lim.indexer_per_request, lim.hot_per_request, lim.resident_per_request) == (2219, 1280, 40)
+    assert (lim.indexer_per_request, lim.hot_per_request, lim.resident_per_request) == (
+        2219,
+        1280,
+        40,
+    )
     assert lim.hisparse_gpu_per_request == 3539
 
 
@@ -156,7 +160,9 @@ def test_indexer_offload_coverage() -> None:
 def test_bf16_swaps_all_three_blocks() -> None:
     dep = make_deployment(kv_dtype="bf16")
     assert (dep.baseline_block_bytes, dep.hisparse_block_bytes, dep.host_block_bytes) == (
-        5928192, 294912, 5750784,
+        5928192,
+        294912,
+        5750784,
     )
     lim = capacity_at(dep, 142000, 4096)
     # floor(17.8 x 2^30 / 5,928,192) = floor(3224.02) = 3224; 3224 // 2219 = 1

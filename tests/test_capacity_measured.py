@@ -29,7 +29,10 @@ def _write_dataset(path: Path, conversations: int) -> Path:
         "metadata": {"first_turn_length": F, "subsequent_turn_length": S, "num_turns": TURNS},
         "conversations": [
             [
-                {"messages": [{"role": "user", "content": "x"}], "prompt_tokens": _prompt_tokens(k, t)}
+                {
+                    "messages": [{"role": "user", "content": "x"}],
+                    "prompt_tokens": _prompt_tokens(k, t),
+                }
                 for t in range(1, TURNS + 1)
             ]
             for k in range(conversations)
@@ -52,20 +55,39 @@ def _write_run(
     layout = RunLayout(root)
     now = time.time()
     manifest = RunManifest(
-        run_id=root.name, status="complete", created_at=now, finished_at=now,
-        harness_version="test", engine="vllm", base_url="http://127.0.0.1:8000",
-        profile_name=prof.name, profile=prof.model_dump(mode="json"), gpus=max(prof.gpus, 1),
-        dataset=dataset, workload_key="k", client={"name": "evalscope", "version": "1.7.0"},
-        host=host or {}, sweep=prof.sweep.model_dump(mode="json"), launch=launch,
+        run_id=root.name,
+        status="complete",
+        created_at=now,
+        finished_at=now,
+        harness_version="test",
+        engine="vllm",
+        base_url="http://127.0.0.1:8000",
+        profile_name=prof.name,
+        profile=prof.model_dump(mode="json"),
+        gpus=max(prof.gpus, 1),
+        dataset=dataset,
+        workload_key="k",
+        client={"name": "evalscope", "version": "1.7.0"},
+        host=host or {},
+        sweep=prof.sweep.model_dump(mode="json"),
+        launch=launch,
     )
     atomic_write_json(layout.manifest, manifest)
     for parallel, conversations, occupancy in points:
         pid = point_id(parallel, len(conversations))
         record = PointRecord(
-            point_id=pid, label=f"c{parallel}", parallel=parallel, number=len(conversations),
-            dataset_offset=0, conversations=conversations, turns=TURNS,
-            expected_requests=len(conversations) * TURNS, started_at=now, ended_at=now,
-            window=(now, now), valid=True,
+            point_id=pid,
+            label=f"c{parallel}",
+            parallel=parallel,
+            number=len(conversations),
+            dataset_offset=0,
+            conversations=conversations,
+            turns=TURNS,
+            expected_requests=len(conversations) * TURNS,
+            started_at=now,
+            ended_at=now,
+            window=(now, now),
+            valid=True,
             metrics={} if occupancy is None else {"occupancy": occupancy},
         )
         atomic_write_json(layout.point_json(pid), record)
@@ -75,7 +97,8 @@ def _write_run(
 def test_hisparse_mtp3_run_with_per_turn_prompt_tokens(tmp_path: Path) -> None:
     dataset = _write_dataset(tmp_path / "openhands.json", 4)
     run = _write_run(
-        tmp_path / "run-hisparse", "hisparse384",
+        tmp_path / "run-hisparse",
+        "hisparse384",
         [(1, [0], 1.0), (32, [1, 2], 21.5)],
         dataset={"path": str(dataset), "sha256": "0" * 64, "manifest": {}},
         host={"gpus": [{"name": "NVIDIA H200"}]},
@@ -104,9 +127,12 @@ def test_hisparse_mtp3_run_with_per_turn_prompt_tokens(tmp_path: Path) -> None:
 
 def test_baseline_arm_from_recipe_numbers(tmp_path: Path) -> None:
     run = _write_run(
-        tmp_path / "run-offload", "offload512", [(32, list(range(32)), 5.6)],
+        tmp_path / "run-offload",
+        "offload512",
+        [(32, list(range(32)), 5.6)],
         dataset={
-            "path": str(tmp_path / "missing.json"), "sha256": "0" * 64,
+            "path": str(tmp_path / "missing.json"),
+            "sha256": "0" * 64,
             "manifest": {"first_turn_length": F, "subsequent_turn_length": S, "num_turns": TURNS},
         },
     )
@@ -129,20 +155,38 @@ def test_baseline_arm_from_recipe_numbers(tmp_path: Path) -> None:
 def test_vllm_pool_lines_are_compared(tmp_path: Path) -> None:
     # vLLM's own pools, from the launch record (harness.provenance.kv_capacity_lines)
     baseline = _write_run(
-        tmp_path / "run-b", "offload512-nomtp", [(32, [0], 5.5)],
-        dataset={"path": "", "sha256": "0" * 64, "manifest": {"first_turn_length": F,
-                 "subsequent_turn_length": S, "num_turns": TURNS}},
-        launch={"kv_capacity": {"lines": ["GPU KV cache size: 480,000 tokens"],
-                                "kv_cache_tokens": 480000}},
+        tmp_path / "run-b",
+        "offload512-nomtp",
+        [(32, [0], 5.5)],
+        dataset={
+            "path": "",
+            "sha256": "0" * 64,
+            "manifest": {"first_turn_length": F, "subsequent_turn_length": S, "num_turns": TURNS},
+        },
+        launch={
+            "kv_capacity": {
+                "lines": ["GPU KV cache size: 480,000 tokens"],
+                "kv_cache_tokens": 480000,
+            }
+        },
     )
     # 480,000 / 64 = 7500 blocks x 3,052,800 B / 2^30 = 21.3 GiB/GPU
-    assert any("21.3 GiB/GPU against the calculator's 17.8" in n for n in compare_run(baseline).notes)
-    line = ("HiSparse HMA: 384.0 GiB host source (143,395 blocks), 16.5 GiB shared GPU "
-            "indexer/resident/hot pool (96,000 blocks)")
+    assert any(
+        "21.3 GiB/GPU against the calculator's 17.8" in n for n in compare_run(baseline).notes
+    )
+    line = (
+        "HiSparse HMA: 384.0 GiB host source (143,395 blocks), 16.5 GiB shared GPU "
+        "indexer/resident/hot pool (96,000 blocks)"
+    )
     hisparse = _write_run(
-        tmp_path / "run-h", "hisparse384", [(32, [0], 20.0)],
-        dataset={"path": "", "sha256": "0" * 64, "manifest": {"first_turn_length": F,
-                 "subsequent_turn_length": S, "num_turns": TURNS}},
+        tmp_path / "run-h",
+        "hisparse384",
+        [(32, [0], 20.0)],
+        dataset={
+            "path": "",
+            "sha256": "0" * 64,
+            "manifest": {"first_turn_length": F, "subsequent_turn_length": S, "num_turns": TURNS},
+        },
         launch={"kv_capacity": {"lines": [line], "kv_cache_tokens": None}},
     )
     notes = compare_run(hisparse).notes
@@ -153,7 +197,9 @@ def test_vllm_pool_lines_are_compared(tmp_path: Path) -> None:
 def test_workload_from_dataset_manifest_turn_list(tmp_path: Path) -> None:
     turns = [float(_prompt_tokens(0, t)) for t in range(1, TURNS + 1)]
     run = _write_run(
-        tmp_path / "run-list", "hisparse384-nomtp", [(8, [0, 1], 7.9)],
+        tmp_path / "run-list",
+        "hisparse384-nomtp",
+        [(8, [0, 1], 7.9)],
         dataset={"path": "", "sha256": "0" * 64, "manifest": {"turn_prompt_tokens": turns}},
         host={"gpu": "NVIDIA B200"},
     )
@@ -172,10 +218,14 @@ def test_workload_from_dataset_manifest_turn_list(tmp_path: Path) -> None:
 
 def test_tiny_model_has_no_capacity_model(tmp_path: Path) -> None:
     run = _write_run(
-        tmp_path / "run-tiny", "cpu-tiny", [(1, [0], 1.0)],
+        tmp_path / "run-tiny",
+        "cpu-tiny",
+        [(1, [0], 1.0)],
         dataset={"path": "", "sha256": "0" * 64, "manifest": {}},
     )
-    with pytest.raises(NoCapacityModel, match="no capacity model applies to model 'tiny:tiny-llama'"):
+    with pytest.raises(
+        NoCapacityModel, match="no capacity model applies to model 'tiny:tiny-llama'"
+    ):
         compare_run(run)
     result = CliRunner().invoke(cli, ["capacity", "--run", str(run)], standalone_mode=False)
     assert isinstance(result.exception, NoCapacityModel)
@@ -184,7 +234,9 @@ def test_tiny_model_has_no_capacity_model(tmp_path: Path) -> None:
 def test_cli_run_text_json_and_plot(tmp_path: Path) -> None:
     dataset = _write_dataset(tmp_path / "openhands.json", 4)
     run = _write_run(
-        tmp_path / "run-cli", "hisparse384", [(32, [1, 2], 21.5)],
+        tmp_path / "run-cli",
+        "hisparse384",
+        [(32, [1, 2], 21.5)],
         dataset={"path": str(dataset), "sha256": "0" * 64, "manifest": {}},
     )
     runner = CliRunner()
@@ -194,7 +246,16 @@ def test_cli_run_text_json_and_plot(tmp_path: Path) -> None:
     line = next(x for x in text.output.splitlines() if x.startswith("c32"))
     # fluid: 103,692 / (1277 + 3240) = 22.96 (host 143,395 / 1277 = 112.3 does not limit)
     assert line.split()[2:] == [
-        "32", "81,498", "87,836", "22", "22", "22.96", "22", "21.50", "0.98", "0.98",
+        "32",
+        "81,498",
+        "87,836",
+        "22",
+        "22",
+        "22.96",
+        "22",
+        "21.50",
+        "0.98",
+        "0.98",
     ]
     out = runner.invoke(cli, ["capacity", "--run", str(run), "--json"])
     data = json.loads(out.output)
@@ -204,14 +265,18 @@ def test_cli_run_text_json_and_plot(tmp_path: Path) -> None:
     out = runner.invoke(cli, ["capacity", "--run", str(run), "--plot", str(plot)])
     assert out.exit_code == 0, out.output
     assert "Measured occupancy" in plot.read_text(encoding="utf-8")
-    refused = runner.invoke(cli, ["capacity", "--run", str(run), "--tp", "4"], standalone_mode=False)
+    refused = runner.invoke(
+        cli, ["capacity", "--run", str(run), "--tp", "4"], standalone_mode=False
+    )
     assert "drop --tp" in str(refused.exception)
 
 
 def test_capacity_figures_for_a_run(tmp_path: Path) -> None:
     dataset = _write_dataset(tmp_path / "openhands.json", 4)
     run = _write_run(
-        tmp_path / "run-fig", "hisparse384", [(16, [0], 14.0), (32, [1, 2], 21.5)],
+        tmp_path / "run-fig",
+        "hisparse384",
+        [(16, [0], 14.0), (32, [1, 2], 21.5)],
         dataset={"path": str(dataset), "sha256": "0" * 64, "manifest": {}},
     )
     figures = capacity_figures(run=run)
@@ -226,34 +291,56 @@ def test_capacity_figures_for_a_run(tmp_path: Path) -> None:
 def test_serve_facts_accept_underscored_keys_and_json_strings() -> None:
     from harness.capacity.measured import serve_facts
 
-    facts = serve_facts({
-        "model": "zai-org/GLM-5.3",
-        "serve": {
-            "tensor_parallel_size": 4, "data-parallel-size": 2, "enable_expert_parallel": True,
-            "kv-cache-dtype": "auto", "max-num-seqs": 128,
-            "attention-config": '{"hisparse_config": {"device_buffer_size": 8192}}',
-            "kv-transfer-config": {"kv_connector": "MultiConnector", "kv_connector_extra_config": {
-                "connectors": [{"kv_connector": "HiSparseConnector",
-                                "kv_connector_extra_config": {"host_pool_gib": 200}}]}},
-        },
-    })
+    facts = serve_facts(
+        {
+            "model": "zai-org/GLM-5.3",
+            "serve": {
+                "tensor_parallel_size": 4,
+                "data-parallel-size": 2,
+                "enable_expert_parallel": True,
+                "kv-cache-dtype": "auto",
+                "max-num-seqs": 128,
+                "attention-config": '{"hisparse_config": {"device_buffer_size": 8192}}',
+                "kv-transfer-config": {
+                    "kv_connector": "MultiConnector",
+                    "kv_connector_extra_config": {
+                        "connectors": [
+                            {
+                                "kv_connector": "HiSparseConnector",
+                                "kv_connector_extra_config": {"host_pool_gib": 200},
+                            }
+                        ]
+                    },
+                },
+            },
+        }
+    )
     assert (facts.tp, facts.dp, facts.ep, facts.kv_dtype) == (4, 2, True, "bf16")
     assert facts.hisparse and facts.host_pool_gib == 200.0 and facts.device_buffer_size == 8192
 
 
 def _builder_manifest(conversations: int, extra: int) -> dict[str, Any]:
     # the shape harness.dataset.builder writes: per conversation, per turn templated lengths
-    return {"conversations": [
-        {"index": k, "turns": [{"turn": t, "templated_prompt_tokens": _prompt_tokens(k, t) + extra}
-                               for t in range(1, TURNS + 1)]}
-        for k in range(conversations)
-    ]}
+    return {
+        "conversations": [
+            {
+                "index": k,
+                "turns": [
+                    {"turn": t, "templated_prompt_tokens": _prompt_tokens(k, t) + extra}
+                    for t in range(1, TURNS + 1)
+                ],
+            }
+            for k in range(conversations)
+        ]
+    }
 
 
 def test_workload_from_builder_manifest_embedded_and_sidecar(tmp_path: Path) -> None:
     dataset = _write_dataset(tmp_path / "built.json", 4)
     embedded = _write_run(
-        tmp_path / "run-embedded", "hisparse384", [(2, [1, 2], 2.0)],
+        tmp_path / "run-embedded",
+        "hisparse384",
+        [(2, [1, 2], 2.0)],
         dataset={"path": str(dataset), "sha256": "0" * 64, "manifest": _builder_manifest(4, 10)},
     )
     comparison = compare_run(embedded)
@@ -263,7 +350,9 @@ def test_workload_from_builder_manifest_embedded_and_sidecar(tmp_path: Path) -> 
     sidecar = dataset.with_name(dataset.name + ".manifest.json")
     sidecar.write_text(json.dumps(_builder_manifest(4, 20)), encoding="utf-8")
     beside = _write_run(
-        tmp_path / "run-sidecar", "hisparse384", [(2, [1, 2], 2.0)],
+        tmp_path / "run-sidecar",
+        "hisparse384",
+        [(2, [1, 2], 2.0)],
         dataset={"path": str(dataset), "sha256": "0" * 64, "manifest": {}},
     )
     comparison = compare_run(beside)
@@ -274,7 +363,9 @@ def test_workload_from_builder_manifest_embedded_and_sidecar(tmp_path: Path) -> 
 def test_workload_from_the_recipe_file(tmp_path: Path) -> None:
     # nothing but the recipe name: datasets/openhands-glm53.yaml supplies F, S and N
     run = _write_run(
-        tmp_path / "run-recipe", "hisparse384", [(32, list(range(32)), 21.0)],
+        tmp_path / "run-recipe",
+        "hisparse384",
+        [(32, list(range(32)), 21.0)],
         dataset={"spec": "openhands-glm53", "path": "", "sha256": "0" * 64, "manifest": {}},
     )
     workload = compare_run(run).workload

@@ -119,6 +119,12 @@ def test_validated_copy_is_cached_and_skips_pydantic(tmp_path: Path, monkeypatch
         "evaluate(make_deployment(), 142000); print('pydantic' in sys.modules)"
     )
     env = {**os.environ, "REPRO_CACHE": str(tmp_path / "cache")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == "False"

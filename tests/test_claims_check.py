@@ -31,8 +31,10 @@ def _blog_runs(tmp_path: Path, *, hisparse_c32: float, offload_c32: float) -> li
     hisparse = write_run(tmp_path, "hs", rng, profile="hisparse384")
     offload = write_run(tmp_path, "off", rng, profile="offload512")
     # The published MTP3 values (recipe.md §5) for what the claims read.
-    for run, occ, tput in ((hisparse, {"c24": 18.1, "c32": hisparse_c32}, {"c1": 4892, "c32": 11682}),
-                           (offload, {"c24": 4.9, "c32": offload_c32}, {"c1": 4809, "c32": 995})):
+    for run, occ, tput in (
+        (hisparse, {"c24": 18.1, "c32": hisparse_c32}, {"c1": 4892, "c32": 11682}),
+        (offload, {"c24": 4.9, "c32": offload_c32}, {"c1": 4809, "c32": 995}),
+    ):
         for label, value in occ.items():
             _set_metric(run, label, "occupancy", value)
         for label, value in tput.items():
@@ -82,8 +84,9 @@ def test_explicit_arm_mapping_and_all_points(tmp_path: Path):
 
 def test_field_operands_and_missing_values(tmp_path: Path):
     rng = np.random.default_rng(2)
-    pressure = write_run(tmp_path, "p", rng, profile="cpu-tiny-pressure", gpus=0,
-                         points=[(1, 2), (4, 8), (8, 16)])
+    pressure = write_run(
+        tmp_path, "p", rng, profile="cpu-tiny-pressure", gpus=0, points=[(1, 2), (4, 8), (8, 16)]
+    )
     _set_metric(pressure, "c8", "occupancy", 1.3)
     _set_metric(pressure, "c8", "waiting_max", 7)
     results = {r.id: r for r in run_claims([pressure], claims_path=CPU)[0]}
@@ -98,12 +101,16 @@ def test_field_operands_and_missing_values(tmp_path: Path):
 
 def test_claims_file_validation_and_nothing_applicable(tmp_path: Path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("arms: {a: {profiles: [x]}}\nclaims:\n  - id: c\n    left: {arm: b, point: c1, "
-                   "metric: occupancy}\n    op: '>='\n    value: 1\n")
+    bad.write_text(
+        "arms: {a: {profiles: [x]}}\nclaims:\n  - id: c\n    left: {arm: b, point: c1, "
+        "metric: occupancy}\n    op: '>='\n    value: 1\n"
+    )
     with pytest.raises(ConfigError, match=r"bad.yaml.*unknown arm 'b'"):
         load_claims(bad)
-    bad.write_text("arms: {a: {profiles: [x]}}\nclaims:\n  - id: c\n    left: {arm: a, point: c1, "
-                   "metric: occupancy, colour: red}\n    op: '>='\n    value: 1\n")
+    bad.write_text(
+        "arms: {a: {profiles: [x]}}\nclaims:\n  - id: c\n    left: {arm: a, point: c1, "
+        "metric: occupancy, colour: red}\n    op: '>='\n    value: 1\n"
+    )
     with pytest.raises(ConfigError, match=r"claims.0.left.colour.*unknown key"):
         load_claims(bad)
     run = write_run(tmp_path, "r", np.random.default_rng(3), profile="unrelated")

@@ -15,21 +15,56 @@ from harness.results import METRICS, load_run
 
 
 def _runs(tmp_path: Path):
-    a = write_run(tmp_path / "a", "base", [
-        {"parallel": 1, "number": 2, "interactivity": 100.0, "mean_ttft_ms": 200.0,
-         "occupancy": 1.0, "kv_cache_usage_max": 0.5, "throughput_per_gpu": 1000.0},
-        {"parallel": 8, "number": 16, "interactivity": 20.0, "mean_ttft_ms": 900.0,
-         "occupancy": 5.0, "preemptions": 0.0},
-        {"parallel": 16, "number": 32, "interactivity": 10.0},
-    ])
-    b = write_run(tmp_path / "b", "cand", [
-        {"parallel": 1, "number": 2, "interactivity": 110.0, "mean_ttft_ms": 300.0,
-         "occupancy": 1.01, "kv_cache_usage_max": 0.9, "throughput_per_gpu": 500.0},
-        {"parallel": 8, "number": 16, "interactivity": 15.0, "mean_ttft_ms": 450.0,
-         "occupancy": 7.5, "preemptions": 4.0, "valid": False,
-         "invalid_reasons": ["1 request failed"]},
-        {"parallel": 24, "number": 48, "interactivity": 8.0},
-    ])
+    a = write_run(
+        tmp_path / "a",
+        "base",
+        [
+            {
+                "parallel": 1,
+                "number": 2,
+                "interactivity": 100.0,
+                "mean_ttft_ms": 200.0,
+                "occupancy": 1.0,
+                "kv_cache_usage_max": 0.5,
+                "throughput_per_gpu": 1000.0,
+            },
+            {
+                "parallel": 8,
+                "number": 16,
+                "interactivity": 20.0,
+                "mean_ttft_ms": 900.0,
+                "occupancy": 5.0,
+                "preemptions": 0.0,
+            },
+            {"parallel": 16, "number": 32, "interactivity": 10.0},
+        ],
+    )
+    b = write_run(
+        tmp_path / "b",
+        "cand",
+        [
+            {
+                "parallel": 1,
+                "number": 2,
+                "interactivity": 110.0,
+                "mean_ttft_ms": 300.0,
+                "occupancy": 1.01,
+                "kv_cache_usage_max": 0.9,
+                "throughput_per_gpu": 500.0,
+            },
+            {
+                "parallel": 8,
+                "number": 16,
+                "interactivity": 15.0,
+                "mean_ttft_ms": 450.0,
+                "occupancy": 7.5,
+                "preemptions": 4.0,
+                "valid": False,
+                "invalid_reasons": ["1 request failed"],
+            },
+            {"parallel": 24, "number": 48, "interactivity": 8.0},
+        ],
+    )
     return load_run(a), load_run(b)
 
 
@@ -68,7 +103,11 @@ def test_unmatched_points_are_reported_missing(tmp_path: Path) -> None:
     assert _row(rows, "c24", "interactivity")["verdict"] == "missing"
     assert _row(rows, "c24", "interactivity")["a"] is None
     assert [r["point"] for r in rows if r["metric"] == "interactivity"] == [
-        "c1", "c8", "c16", "c24"]
+        "c1",
+        "c8",
+        "c16",
+        "c24",
+    ]
     assert len(rows) == 4 * len(METRICS)
 
 
@@ -87,15 +126,18 @@ def test_terminal_table_marks_direction_and_invalid(tmp_path: Path) -> None:
     a, b = _runs(tmp_path)
     text = render_table(compare_runs(a, b), a.name, b.name)
     assert "c8 (parallel 8, 16 conversations)  [B invalid]" in text
-    ttft = next(line for line in text.splitlines() if line.startswith("Mean TTFT")
-                and "450" in line)
+    ttft = next(
+        line for line in text.splitlines() if line.startswith("Mean TTFT") and "450" in line
+    )
     assert "lower" in ttft and "0.500x" in ttft and "better" in ttft
-    assert "WORSE" in next(line for line in text.splitlines()
-                           if line.startswith("Total-token throughput"))
+    assert "WORSE" in next(
+        line for line in text.splitlines() if line.startswith("Total-token throughput")
+    )
     # metrics neither run has are left out unless asked for
     assert "HiSparse host-to-device" not in text
-    assert "HiSparse host-to-device" in render_table(compare_runs(a, b), a.name, b.name,
-                                                     include_empty=True)
+    assert "HiSparse host-to-device" in render_table(
+        compare_runs(a, b), a.name, b.name, include_empty=True
+    )
 
 
 def test_cli_compare_table_and_json(tmp_path: Path) -> None:
@@ -104,8 +146,9 @@ def test_cli_compare_table_and_json(tmp_path: Path) -> None:
     result = runner.invoke(cli, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert result.exit_code == 0, result.output
     assert "A = base" in result.output and "WORSE" in result.output
-    result = runner.invoke(cli, ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json",
-                                 "--tolerance", "0.2"])
+    result = runner.invoke(
+        cli, ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json", "--tolerance", "0.2"]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["a"] == "base" and data["b"] == "cand" and data["tolerance"] == 0.2
@@ -134,8 +177,9 @@ def test_whole_curve_scalars(tmp_path: Path) -> None:
     assert rows["frontier_auc"]["verdict"] == "worse"
     assert rows["max_occupancy"]["verdict"] == "worse"
     assert rows["frontier_auc_bench_sweep"]["verdict"] == "n/a"
-    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "a"), str(tmp_path / "b"),
-                                      "--json"])
+    result = CliRunner().invoke(
+        cli, ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]
+    )
     data = json.loads(result.output)
     assert {r["metric"] for r in data["curves"]} == set(rows)
     text = CliRunner().invoke(cli, ["compare", str(tmp_path / "a"), str(tmp_path / "b")]).output

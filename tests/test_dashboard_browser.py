@@ -48,20 +48,39 @@ class DevTools:
         self._from_child, from_child_w = os.pipe()
         to_child_r, from_child_w = _above_4(to_child_r), _above_4(from_child_w)
 
-        args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--disable-default-apps", "--disable-extensions",
-                "--no-first-run", "--no-default-browser-check", "--mute-audio",
-                "--hide-scrollbars", "--host-resolver-rules=MAP * ~NOTFOUND",
-                "--remote-debugging-pipe", f"--user-data-dir={profile_dir}",
-                "--window-size=1280,1600", "about:blank"]
+        args = [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-default-apps",
+            "--disable-extensions",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--mute-audio",
+            "--hide-scrollbars",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--remote-debugging-pipe",
+            f"--user-data-dir={profile_dir}",
+            "--window-size=1280,1600",
+            "about:blank",
+        ]
         # posix_spawn puts the pipe ends on fds 3/4 in the child without running Python there.
-        self.pid = os.posix_spawn(CHROMIUM, args, dict(os.environ), setsid=True, file_actions=[
-            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-            (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
-            (os.POSIX_SPAWN_DUP2, to_child_r, 3),
-            (os.POSIX_SPAWN_DUP2, from_child_w, 4),
-        ])
+        self.pid = os.posix_spawn(
+            CHROMIUM,
+            args,
+            dict(os.environ),
+            setsid=True,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+                (os.POSIX_SPAWN_DUP2, to_child_r, 3),
+                (os.POSIX_SPAWN_DUP2, from_child_w, 4),
+            ],
+        )
         os.close(to_child_r)
         os.close(from_child_w)
         self._next_id = 0
@@ -84,8 +103,13 @@ class DevTools:
                 else:
                     self.events.put(message)
 
-    def call(self, method: str, params: dict | None = None, session: str | None = None,
-             timeout: float = 60.0) -> dict[str, Any]:
+    def call(
+        self,
+        method: str,
+        params: dict | None = None,
+        session: str | None = None,
+        timeout: float = 60.0,
+    ) -> dict[str, Any]:
         self._next_id += 1
         ident = self._next_id
         message: dict[str, Any] = {"id": ident, "method": method, "params": params or {}}
@@ -128,52 +152,76 @@ class DevTools:
                 pass
 
 
-def open_in_chromium(html: Path, profile_dir: Path, scroll_to: str | None = None
-                     ) -> dict[str, Any]:
+def open_in_chromium(html: Path, profile_dir: Path, scroll_to: str | None = None) -> dict[str, Any]:
     """Load `html`, let Plotly draw, and return what happened (events, screenshot, DOM facts)."""
     require_chromium()
     browser = DevTools(profile_dir)
     try:
-        page = next(t for t in browser.call("Target.getTargets")["targetInfos"]
-                    if t["type"] == "page")
-        session = browser.call("Target.attachToTarget",
-                               {"targetId": page["targetId"], "flatten": True})["sessionId"]
+        page = next(
+            t for t in browser.call("Target.getTargets")["targetInfos"] if t["type"] == "page"
+        )
+        session = browser.call(
+            "Target.attachToTarget", {"targetId": page["targetId"], "flatten": True}
+        )["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
             browser.call(f"{domain}.enable", session=session)
-        browser.call("Emulation.setDeviceMetricsOverride",
-                     {"width": 1280, "height": 1600, "deviceScaleFactor": 1, "mobile": False},
-                     session=session)
+        browser.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": 1280, "height": 1600, "deviceScaleFactor": 1, "mobile": False},
+            session=session,
+        )
         browser.call("Page.navigate", {"url": html.resolve().as_uri()}, session=session)
         drawn = 0
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            result = browser.call("Runtime.evaluate", {
-                "expression": "document.readyState === 'complete' ? "
-                              "document.querySelectorAll('.js-plotly-plot').length : -1",
-                "returnByValue": True}, session=session)
+            result = browser.call(
+                "Runtime.evaluate",
+                {
+                    "expression": "document.readyState === 'complete' ? "
+                    "document.querySelectorAll('.js-plotly-plot').length : -1",
+                    "returnByValue": True,
+                },
+                session=session,
+            )
             drawn = result["result"].get("value", -1)
             if drawn > 0:
                 break
             time.sleep(0.5)
         time.sleep(1.0)  # let pending console messages and requests arrive
-        facts = browser.call("Runtime.evaluate", {"expression": """({
+        facts = browser.call(
+            "Runtime.evaluate",
+            {
+                "expression": """({
             title: document.title,
             h1: document.querySelector('h1').textContent,
             plots: document.querySelectorAll('.js-plotly-plot').length,
             scripts: Array.from(document.scripts).map(s => s.type || 'js'),
             injected: document.querySelectorAll('img, iframe').length,
-            body: document.body.innerText})""", "returnByValue": True},
-            session=session)["result"]["value"]
+            body: document.body.innerText})""",
+                "returnByValue": True,
+            },
+            session=session,
+        )["result"]["value"]
         if scroll_to:  # element id to bring to the top before the screenshot
-            browser.call("Runtime.evaluate", {"expression": f"document.getElementById("
-                         f"{json.dumps(scroll_to)}).scrollIntoView()"}, session=session)
+            browser.call(
+                "Runtime.evaluate",
+                {
+                    "expression": f"document.getElementById("
+                    f"{json.dumps(scroll_to)}).scrollIntoView()"
+                },
+                session=session,
+            )
             time.sleep(0.5)
         shot = browser.call("Page.captureScreenshot", {"format": "png"}, session=session)
         events = []
         while not browser.events.empty():
             events.append(browser.events.get())
-        return {"events": events, "facts": facts, "drawn": drawn,
-                "screenshot": base64.b64decode(shot["data"])}
+        return {
+            "events": events,
+            "facts": facts,
+            "drawn": drawn,
+            "screenshot": base64.b64decode(shot["data"]),
+        }
     finally:
         browser.close()
 
@@ -198,8 +246,10 @@ def _problems(events: list[dict[str, Any]]) -> dict[str, list[str]]:
 def require_chromium() -> None:
     """Fail (not skip) without Chromium: the browser checks are part of the suite everywhere."""
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"Chromium not found ({CHROMIUM}); install Debian's: apt-get install -y "
-                    "chromium (scripts/bootstrap.sh does this as root), or set REPRO_CHROMIUM")
+        pytest.fail(
+            f"Chromium not found ({CHROMIUM}); install Debian's: apt-get install -y "
+            "chromium (scripts/bootstrap.sh does this as root), or set REPRO_CHROMIUM"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -209,8 +259,9 @@ def hostile_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     a = write_run(root / "a", "hisparse-run", published_points(0))
     points = published_points(1)
     points[2].update(valid=False, invalid_reasons=["<b>2</b> requests failed"])
-    b = write_run(root / "b", "<script>alert(1)</script>", points,
-                  profile_name="<img src=x onerror=alert(2)>")
+    b = write_run(
+        root / "b", "<script>alert(1)</script>", points, profile_name="<img src=x onerror=alert(2)>"
+    )
     html = write_report([a, b], out=root / "report.html", title="<script>alert(3)</script>")
     outcome = open_in_chromium(html, root / "chromium-profile")
     outcome["html"] = html.read_text(encoding="utf-8")

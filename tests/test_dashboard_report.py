@@ -25,8 +25,9 @@ from harness.scrape import Sample, read_samples_csv
 
 
 def _figures(html: str) -> dict[str, dict]:
-    blocks = re.findall(r'<script type="application/json" id="([^"]+)-data">(.*?)</script>',
-                        html, flags=re.DOTALL)
+    blocks = re.findall(
+        r'<script type="application/json" id="([^"]+)-data">(.*?)</script>', html, flags=re.DOTALL
+    )
     return {ident: json.loads(body) for ident, body in blocks}
 
 
@@ -34,8 +35,14 @@ def _pair(root: Path) -> tuple[Path, Path]:
     a = write_run(root / "a", "base-run", published_points(0))
     points = published_points(1)
     points[1].update(valid=False, invalid_reasons=["EvalScope reported 3 failed requests"])
-    b = write_run(root / "b", "cand-run", points, profile_name="offload512",
-                  build={"commit": "80cb71c9ff1234"}, spec=False)
+    b = write_run(
+        root / "b",
+        "cand-run",
+        points,
+        profile_name="offload512",
+        build={"commit": "80cb71c9ff1234"},
+        spec=False,
+    )
     return a, b
 
 
@@ -96,8 +103,11 @@ def test_invalid_points_flagged_with_reasons(pair_html: str) -> None:
 
 def test_capacity_figures_embedded_or_explained(pair_html: str, tmp_path: Path) -> None:
     figures = _figures(pair_html)
-    capacity = [fig for fig in figures.values()
-                if "Concurrency vs. sequence length" in str(fig["layout"].get("title"))]
+    capacity = [
+        fig
+        for fig in figures.values()
+        if "Concurrency vs. sequence length" in str(fig["layout"].get("title"))
+    ]
     assert len(capacity) == 2  # one per run (GLM-5.3 has a capacity model)
     tiny = write_run(tmp_path / "tiny", "tiny-run", published_points(0), gpus=0)
     manifest = json.loads((tiny / "manifest.json").read_text())
@@ -118,7 +128,7 @@ def test_provenance_panel(pair_html: str) -> None:
 
 def test_published_table_lists_blog_values(pair_html: str) -> None:
     html = pair_html
-    section = html[html.index('id="published"'):]
+    section = html[html.index('id="published"') :]
     for value in ("257", "11,682", "18.9", "4.9", "e8ef1e07bd", "80cb71c9ff", "±0.5%"):
         assert value in section
 
@@ -128,8 +138,10 @@ def test_timeseries_traces_match_samples(pair, tmp_path: Path) -> None:
     html = write_report([a, b], out=tmp_path / "r.html").read_text(encoding="utf-8")
     c8 = _figures(html)["timeseries-1"]
     running = [t for t in c8["data"] if t["meta"]["metric"] == "vllm:num_requests_running"]
-    assert [t["meta"]["series"] for t in running] == ["base-run (hisparse384)",
-                                                      "cand-run (offload512)"]
+    assert [t["meta"]["series"] for t in running] == [
+        "base-run (hisparse384)",
+        "cand-run (offload512)",
+    ]
     # two engines of parallel/2 each summed back: ramps 1..8 then stays at 8
     assert running[0]["y"][:9] == [1, 2, 3, 4, 5, 6, 7, 8, 8]
     assert running[0]["x"][0] == 0.0
@@ -144,20 +156,25 @@ def test_counter_resets_and_engine_folding() -> None:
     def s(t, name, engine, value):
         return Sample(t, t, name, {"engine": engine}, value)
 
-    samples = [s(0, "vllm:num_preemptions_total", "0", 5), s(1, "vllm:num_preemptions_total",
-               "0", 7), s(2, "vllm:num_preemptions_total", "0", 1),  # restart: 1 new
-               s(0, "vllm:num_preemptions_total", "1", 0), s(2, "vllm:num_preemptions_total",
-               "1", 3)]
+    samples = [
+        s(0, "vllm:num_preemptions_total", "0", 5),
+        s(1, "vllm:num_preemptions_total", "0", 7),
+        s(2, "vllm:num_preemptions_total", "0", 1),  # restart: 1 new
+        s(0, "vllm:num_preemptions_total", "1", 0),
+        s(2, "vllm:num_preemptions_total", "1", 3),
+    ]
     assert _counter(samples, "vllm:num_preemptions_total") == ([0, 1, 2], [0.0, 2.0, 6.0])
     kv = [s(0, "vllm:kv_cache_usage_perc", "0", 0.2), s(0, "vllm:kv_cache_usage_perc", "1", 0.7)]
     assert _gauge(kv, "vllm:kv_cache_usage_perc", "max") == ([0], [0.7])
     assert _gauge(kv, "vllm:kv_cache_usage_perc", "sum")[1] == pytest.approx([0.9])
-    spec = [s(0, "vllm:spec_decode_num_drafts_total", "0", 0),
-            s(0, "vllm:spec_decode_num_accepted_tokens_total", "0", 0),
-            s(1, "vllm:spec_decode_num_drafts_total", "0", 0),
-            s(1, "vllm:spec_decode_num_accepted_tokens_total", "0", 0),
-            s(2, "vllm:spec_decode_num_drafts_total", "0", 4),
-            s(2, "vllm:spec_decode_num_accepted_tokens_total", "0", 3)]
+    spec = [
+        s(0, "vllm:spec_decode_num_drafts_total", "0", 0),
+        s(0, "vllm:spec_decode_num_accepted_tokens_total", "0", 0),
+        s(1, "vllm:spec_decode_num_drafts_total", "0", 0),
+        s(1, "vllm:spec_decode_num_accepted_tokens_total", "0", 0),
+        s(2, "vllm:spec_decode_num_drafts_total", "0", 4),
+        s(2, "vllm:spec_decode_num_accepted_tokens_total", "0", 3),
+    ]
     assert _acceptance(spec) == ([2], [1.75])  # the idle interval (no drafts) is skipped
 
 
@@ -191,13 +208,24 @@ def test_cli_report_by_run_id(pair, tmp_path: Path, monkeypatch) -> None:
 
 
 def test_invalid_repeat_is_named_in_the_banner(tmp_path: Path) -> None:
-    pts = [{"parallel": 1, "number": 2, "repeat": r, "interactivity": 10.0 + r,
-            "throughput_per_gpu": 100.0, "occupancy": 1.0} for r in range(3)]
+    pts = [
+        {
+            "parallel": 1,
+            "number": 2,
+            "repeat": r,
+            "interactivity": 10.0 + r,
+            "throughput_per_gpu": 100.0,
+            "occupancy": 1.0,
+        }
+        for r in range(3)
+    ]
     pts[1].update(valid=False, invalid_reasons=["2 requests failed"])
     run = write_run(tmp_path / "r", "rep", pts)
     html = " ".join(write_report([run], out=tmp_path / "r.html").read_text().split())
-    assert ("rep (hisparse384) · c1: left out of the median (other repeats valid): "
-            "p001-n0002-r1: 2 requests failed") in html
+    assert (
+        "rep (hisparse384) · c1: left out of the median (other repeats valid): "
+        "p001-n0002-r1: 2 requests failed"
+    ) in html
     assert "2 repeats" in html
 
 

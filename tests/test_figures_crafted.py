@@ -35,8 +35,9 @@ from harness.results import (
 T0 = 1_790_000_000.0
 
 
-def write_samples(path: Path, start: float, parallel: int, *, spec: bool, seconds: int = 20
-                  ) -> None:
+def write_samples(
+    path: Path, start: float, parallel: int, *, spec: bool, seconds: int = 20
+) -> None:
     """A plausible samples.csv: two engines, running ramps to `parallel`, counters increase."""
     lines = ["timestamp,monotonic,name,labels,value"]
     accepted = drafts = preempt = 0.0
@@ -52,8 +53,9 @@ def write_samples(path: Path, start: float, parallel: int, *, spec: bool, second
             lines.append(f'{ts},{mono},vllm:num_preemptions_total,"{labels}",{preempt}')
             if spec:
                 lines.append(f'{ts},{mono},vllm:spec_decode_num_drafts_total,"{labels}",{drafts}')
-                lines.append(f'{ts},{mono},vllm:spec_decode_num_accepted_tokens_total,"{labels}",'
-                             f"{accepted}")
+                lines.append(
+                    f'{ts},{mono},vllm:spec_decode_num_accepted_tokens_total,"{labels}",{accepted}'
+                )
         drafts += 10
         accepted += 6 + (i % 4)
         preempt += 1 if i % 7 == 6 else 0
@@ -61,25 +63,51 @@ def write_samples(path: Path, start: float, parallel: int, *, spec: bool, second
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def write_run(root: Path, run_id: str, points: list[dict[str, Any]], *, gpus: int = 8,
-              profile_name: str = "hisparse384", build: dict | None = None,
-              workload_key: str = "wk1", spec: bool = True) -> Path:
+def write_run(
+    root: Path,
+    run_id: str,
+    points: list[dict[str, Any]],
+    *,
+    gpus: int = 8,
+    profile_name: str = "hisparse384",
+    build: dict | None = None,
+    workload_key: str = "wk1",
+    spec: bool = True,
+) -> Path:
     """A run directory; each point dict has parallel, number and metric values (plus optional
     repeat, valid, invalid_reasons)."""
     layout = RunLayout(root)
     manifest = RunManifest(
-        run_id=run_id, status="complete", created_at=T0, finished_at=T0 + 3600,
-        harness_version="0.1.0", engine="vllm", base_url="http://127.0.0.1:8000",
+        run_id=run_id,
+        status="complete",
+        created_at=T0,
+        finished_at=T0 + 3600,
+        harness_version="0.1.0",
+        engine="vllm",
+        base_url="http://127.0.0.1:8000",
         profile_name=profile_name,
-        profile={"name": profile_name, "model": "zai-org/GLM-5.3", "gpus": gpus,
-                 "serve": {"served-model-name": "glm-agentx", "tensor-parallel-size": 8}},
-        overrides=["sweep.max_tokens=220"], gpus=gpus,
+        profile={
+            "name": profile_name,
+            "model": "zai-org/GLM-5.3",
+            "gpus": gpus,
+            "serve": {"served-model-name": "glm-agentx", "tensor-parallel-size": 8},
+        },
+        overrides=["sweep.max_tokens=220"],
+        gpus=gpus,
         serve_command=["vllm", "serve", "zai-org/GLM-5.3", "--tensor-parallel-size", "8"],
         build=build or {"name": "hisparse", "commit": "e8ef1e07bd2f174bebfe34c3a3e35e952931efb1"},
-        dataset={"path": "/data/openhand.json", "sha256": "ab" * 32, "recipe": "openhands-glm53",
-                 "manifest": {"first_turn_length": 74160, "subsequent_turn_length": 753,
-                              "num_turns": 13}},
-        workload_key=workload_key, client={"name": "evalscope", "version": "1.7.0"},
+        dataset={
+            "path": "/data/openhand.json",
+            "sha256": "ab" * 32,
+            "recipe": "openhands-glm53",
+            "manifest": {
+                "first_turn_length": 74160,
+                "subsequent_turn_length": 753,
+                "num_turns": 13,
+            },
+        },
+        workload_key=workload_key,
+        client={"name": "evalscope", "version": "1.7.0"},
         host={"hostname": "node1", "nvidia_smi": {"gpus": [{"name": "NVIDIA H200"}], "count": 8}},
         sweep={"max_tokens": 220, "ignore_eos": True, "dataset_offset": 52},
     )
@@ -88,15 +116,30 @@ def write_run(root: Path, run_id: str, points: list[dict[str, Any]], *, gpus: in
         parallel, number = spec_point["parallel"], spec_point["number"]
         repeat = spec_point.get("repeat", 0)
         pid = point_id(parallel, number, repeat)
-        metrics = {k: v for k, v in spec_point.items()
-                   if k not in {"parallel", "number", "repeat", "valid", "invalid_reasons"}}
+        metrics = {
+            k: v
+            for k, v in spec_point.items()
+            if k not in {"parallel", "number", "repeat", "valid", "invalid_reasons"}
+        }
         start = T0 + 100 * parallel + 10 * repeat
         record = PointRecord(
-            schema_version=POINT_SCHEMA, point_id=pid, label=f"c{parallel}", parallel=parallel,
-            number=number, repeat=repeat, dataset_offset=52, conversations=list(range(number)),
-            turns=13, expected_requests=13 * number, started_at=start, ended_at=start + 20,
-            window=(start, start + 20), valid=spec_point.get("valid", True),
-            invalid_reasons=spec_point.get("invalid_reasons", []), metrics=metrics, samples=20,
+            schema_version=POINT_SCHEMA,
+            point_id=pid,
+            label=f"c{parallel}",
+            parallel=parallel,
+            number=number,
+            repeat=repeat,
+            dataset_offset=52,
+            conversations=list(range(number)),
+            turns=13,
+            expected_requests=13 * number,
+            started_at=start,
+            ended_at=start + 20,
+            window=(start, start + 20),
+            valid=spec_point.get("valid", True),
+            invalid_reasons=spec_point.get("invalid_reasons", []),
+            metrics=metrics,
+            samples=20,
         )
         write_samples(layout.samples_csv(pid), start, parallel, spec=spec)
         atomic_write_json(layout.point_json(pid), record)
@@ -106,9 +149,14 @@ def write_run(root: Path, run_id: str, points: list[dict[str, Any]], *, gpus: in
 def published_points(series_index: int) -> list[dict[str, Any]]:
     """The blog's published series as crafted points (so tests know the right answers)."""
     _, series = load_published()
-    return [{"parallel": p.parallel, "number": p.number,
-             **{k: v for k, v in p.values.items() if v is not None}}
-            for p in series[series_index].points]
+    return [
+        {
+            "parallel": p.parallel,
+            "number": p.number,
+            **{k: v for k, v in p.values.items() if v is not None},
+        }
+        for p in series[series_index].points
+    ]
 
 
 # --------------------------------------------------------------------------- frontier
@@ -141,9 +189,12 @@ def test_frontier_ignores_missing_and_nan() -> None:
 def test_frontier_matches_published_membership() -> None:
     _, series = load_published()
     hisparse, offloading = series
+
     def mask(s):
-        return frontier_mask([(p.values["interactivity"], p.values["throughput_per_gpu"])
-                              for p in s.points])
+        return frontier_mask(
+            [(p.values["interactivity"], p.values["throughput_per_gpu"]) for p in s.points]
+        )
+
     # recipe.md §5: HiSparse c24 dominated by c32; offloading only c1 and c8 on the frontier.
     assert mask(hisparse) == [True, True, True, False, True]
     assert mask(offloading) == [True, True, False, False, False]
@@ -155,8 +206,13 @@ def test_frontier_matches_published_membership() -> None:
 @pytest.fixture
 def two_runs(tmp_path: Path):
     a = write_run(tmp_path / "a", "hisparse-run", published_points(0))
-    b = write_run(tmp_path / "b", "offload-run", published_points(1), profile_name="offload512",
-                  build={"commit": "80cb71c9ff00"})
+    b = write_run(
+        tmp_path / "b",
+        "offload-run",
+        published_points(1),
+        profile_name="offload512",
+        build={"commit": "80cb71c9ff00"},
+    )
     return load_run(a), load_run(b)
 
 
@@ -164,8 +220,10 @@ def test_figure_has_every_trace_per_series(two_runs) -> None:
     fig = pareto_figure(two_runs)
     for role in ("sweep", "frontier", "points", "occupancy"):
         mine = traces_by_role(fig, role, published=False)
-        assert [t.meta["series"] for t in mine] == ["hisparse-run (hisparse384)",
-                                                     "offload-run (offload512)"], role
+        assert [t.meta["series"] for t in mine] == [
+            "hisparse-run (hisparse384)",
+            "offload-run (offload512)",
+        ], role
         assert len(traces_by_role(fig, role, published=True)) == 2, role
     points = traces_by_role(fig, "points", published=False)[0]
     assert list(points.x) == pytest.approx([257.1, 31.8, 17.9, 12.7, 14.4])
@@ -190,8 +248,16 @@ def test_overlapping_points_get_one_merged_label(two_runs) -> None:
 
 
 def test_published_series_are_labelled_and_hidden_when_off_scale(tmp_path: Path) -> None:
-    tiny = [{"parallel": p, "number": 2 * p, "interactivity": 50.0 / p,
-             "throughput_per_gpu": 30.0 * p, "occupancy": p * 0.9} for p in (1, 4, 8)]
+    tiny = [
+        {
+            "parallel": p,
+            "number": 2 * p,
+            "interactivity": 50.0 / p,
+            "throughput_per_gpu": 30.0 * p,
+            "occupancy": p * 0.9,
+        }
+        for p in (1, 4, 8)
+    ]
     run = load_run(write_run(tmp_path / "cpu", "cpu-run", tiny, gpus=0))
     fig = pareto_figure([run])
     published = traces_by_role(fig, "points", published=True)
@@ -214,9 +280,18 @@ def test_title_and_footnote_come_from_metadata(two_runs) -> None:
 
 
 def test_bench_sweep_definition_uses_output_metrics(tmp_path: Path) -> None:
-    pts = [{"parallel": p, "number": 2 * p, "interactivity": 100.0 / p,
-            "throughput_per_gpu": 1000.0 * p, "output_tps_per_user": 10.0 / p,
-            "output_throughput_per_gpu": 3.0 * p, "occupancy": float(p)} for p in (1, 8, 16)]
+    pts = [
+        {
+            "parallel": p,
+            "number": 2 * p,
+            "interactivity": 100.0 / p,
+            "throughput_per_gpu": 1000.0 * p,
+            "output_tps_per_user": 10.0 / p,
+            "output_throughput_per_gpu": 3.0 * p,
+            "occupancy": float(p),
+        }
+        for p in (1, 8, 16)
+    ]
     run = load_run(write_run(tmp_path / "r", "r", pts))
     fig = pareto_figure([run], definition="bench-sweep")
     points = traces_by_role(fig, "points", published=False)[0]
@@ -231,10 +306,25 @@ def test_bench_sweep_definition_uses_output_metrics(tmp_path: Path) -> None:
 def test_repeats_are_medians_with_ci_error_bars(tmp_path: Path) -> None:
     pts = []
     for repeat, (x, y) in enumerate([(10.0, 100.0), (12.0, 130.0), (11.0, 90.0)]):
-        pts.append({"parallel": 1, "number": 2, "repeat": repeat, "interactivity": x,
-                    "throughput_per_gpu": y, "occupancy": 1.0})
-    pts.append({"parallel": 4, "number": 8, "interactivity": 5.0, "throughput_per_gpu": 300.0,
-                "occupancy": 3.5})
+        pts.append(
+            {
+                "parallel": 1,
+                "number": 2,
+                "repeat": repeat,
+                "interactivity": x,
+                "throughput_per_gpu": y,
+                "occupancy": 1.0,
+            }
+        )
+    pts.append(
+        {
+            "parallel": 4,
+            "number": 8,
+            "interactivity": 5.0,
+            "throughput_per_gpu": 300.0,
+            "occupancy": 3.5,
+        }
+    )
     run = load_run(write_run(tmp_path / "r", "r", pts))
     [first, second] = series_points(run)
     assert first.repeats == 3 and first.values["interactivity"] == 11.0
@@ -248,8 +338,10 @@ def test_repeats_are_medians_with_ci_error_bars(tmp_path: Path) -> None:
 
 
 def test_invalid_repeat_is_left_out_of_the_median_but_named(tmp_path: Path) -> None:
-    pts = [{"parallel": 1, "number": 2, "repeat": r, "interactivity": x,
-            "throughput_per_gpu": 100.0} for r, x in enumerate([10.0, 12.0, 500.0])]
+    pts = [
+        {"parallel": 1, "number": 2, "repeat": r, "interactivity": x, "throughput_per_gpu": 100.0}
+        for r, x in enumerate([10.0, 12.0, 500.0])
+    ]
     pts[2].update(valid=False, invalid_reasons=["server restarted"])
     [point] = series_points(load_run(write_run(tmp_path / "r", "r", pts)))
     assert point.valid and point.repeats == 2
@@ -264,8 +356,14 @@ def test_invalid_repeat_is_left_out_of_the_median_but_named(tmp_path: Path) -> N
 def test_invalid_points_are_flagged_and_off_the_lines(tmp_path: Path) -> None:
     pts = [
         {"parallel": 1, "number": 2, "interactivity": 10.0, "throughput_per_gpu": 100.0},
-        {"parallel": 4, "number": 8, "interactivity": 50.0, "throughput_per_gpu": 900.0,
-         "valid": False, "invalid_reasons": ["3 of 32 requests failed"]},
+        {
+            "parallel": 4,
+            "number": 8,
+            "interactivity": 50.0,
+            "throughput_per_gpu": 900.0,
+            "valid": False,
+            "invalid_reasons": ["3 of 32 requests failed"],
+        },
         {"parallel": 8, "number": 16, "interactivity": 5.0, "throughput_per_gpu": 200.0},
     ]
     run = load_run(write_run(tmp_path / "r", "r", pts))
@@ -300,8 +398,11 @@ def test_published_file_is_validated_strictly(tmp_path: Path) -> None:
     good["series"][1]["points"][0]["interactivty"] = 1.0  # typo
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(good), encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"bad.yaml: series\[1\].points\[0\]: unknown key.*"
-                                          r"interactivty"):
+    with pytest.raises(
+        ConfigError,
+        match=r"bad.yaml: series\[1\].points\[0\]: unknown key.*"
+        r"interactivty",
+    ):
         load_published(bad)
     data, series = load_published()
     assert data["uncertainty"]["interactivity"] == 0.005

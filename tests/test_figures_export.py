@@ -29,8 +29,10 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_png_and_svg_export(run_dir: Path, tmp_path: Path) -> None:
     if not any(shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")):
-        pytest.fail("static export needs Chromium: apt-get install -y chromium (bootstrap.sh "
-                    "does this as root)")
+        pytest.fail(
+            "static export needs Chromium: apt-get install -y chromium (bootstrap.sh "
+            "does this as root)"
+        )
     runner = CliRunner()
     png, svg = tmp_path / "fig.png", tmp_path / "fig.svg"
     result = runner.invoke(cli, ["figure", str(run_dir), "--out", str(png)])
@@ -47,6 +49,7 @@ def test_png_and_svg_export(run_dir: Path, tmp_path: Path) -> None:
     text = " ".join(root.itertext())
     assert "c32" in text and "published · HiSparse" in text and "Mean requests running" in text
     assert "Interactivity: tokens/s/user" in text
+
 
 def test_html_figure_needs_no_browser(run_dir: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no chromium reachable
@@ -82,8 +85,11 @@ def test_run_figures_in_every_format(run_dir: Path, tmp_path: Path) -> None:
     written, skipped = write_run_figures(run)
     assert skipped is None
     names = sorted(p.name for p in written)
-    assert names == sorted(f"{stem}.{fmt}" for stem in ("pareto", "pareto-bench-sweep")
-                           for fmt in ("html", "png", "svg"))
+    assert names == sorted(
+        f"{stem}.{fmt}"
+        for stem in ("pareto", "pareto-bench-sweep")
+        for fmt in ("html", "png", "svg")
+    )
     assert sorted(p.name for p in (run / "figures").iterdir()) == names  # no temp files left
     for stem in ("pareto", "pareto-bench-sweep"):
         image = Image.open(run / "figures" / f"{stem}.png").convert("L")
@@ -93,8 +99,9 @@ def test_run_figures_in_every_format(run_dir: Path, tmp_path: Path) -> None:
     assert "Output tokens/s per user" in svg and "vLLM bench sweep definition" in svg
 
 
-def test_run_figures_without_a_browser_keep_the_html(run_dir: Path, tmp_path: Path,
-                                                     monkeypatch) -> None:
+def test_run_figures_without_a_browser_keep_the_html(
+    run_dir: Path, tmp_path: Path, monkeypatch
+) -> None:
     run = tmp_path / "run"
     shutil.copytree(run_dir, run)
     monkeypatch.setenv("PATH", str(tmp_path))
@@ -102,5 +109,4 @@ def test_run_figures_without_a_browser_keep_the_html(run_dir: Path, tmp_path: Pa
     written, skipped = write_run_figures(run)
     assert sorted(p.name for p in written) == ["pareto-bench-sweep.html", "pareto.html"]
     assert skipped is not None and "apt-get install -y chromium" in skipped
-    assert sorted(p.name for p in (run / "figures").iterdir()) == sorted(
-        p.name for p in written)
+    assert sorted(p.name for p in (run / "figures").iterdir()) == sorted(p.name for p in written)

@@ -34,13 +34,18 @@ def test_accept_reject_are_new_events_and_rows_are_never_rewritten(tmp_path: Pat
     assert len(history.entries()) == 1 and len(history.events("r1")) == 3
 
     raw = sqlite3.connect(db)
-    for statement in ("UPDATE runs SET run_id = 'x'", "DELETE FROM runs",
-                      "UPDATE events SET state = 'accepted'", "DELETE FROM events"):
+    for statement in (
+        "UPDATE runs SET run_id = 'x'",
+        "DELETE FROM runs",
+        "UPDATE events SET state = 'accepted'",
+        "DELETE FROM events",
+    ):
         with pytest.raises(sqlite3.DatabaseError, match="append-only"):
             raw.execute(statement)
     with pytest.raises(sqlite3.IntegrityError):
-        raw.execute("INSERT INTO events (run_ref, state, reason, actor, at)"
-                    " VALUES (1, 'maybe', '', '', 0)")
+        raw.execute(
+            "INSERT INTO events (run_ref, state, reason, actor, at) VALUES (1, 'maybe', '', '', 0)"
+        )
     raw.close()
 
 
@@ -49,7 +54,10 @@ def test_keys_split_profile_overrides_workload_and_hardware(tmp_path: Path):
     manifests = {
         name: load_run(write_run(tmp_path, name, rng, **kw)).manifest.model_dump(mode="json")
         for name, kw in {
-            "a": {}, "b": {}, "sha": {"sha": "e" * 64}, "prof": {"profile": "offload512"},
+            "a": {},
+            "b": {},
+            "sha": {"sha": "e" * 64},
+            "prof": {"profile": "offload512"},
             "set": {"overrides": ["serve.max-num-seqs=2"]},
             "build": {"overrides": ["build=nightly@" + "a" * 40]},
             "port": {"overrides": ["port=18799"]},
@@ -100,7 +108,9 @@ def test_history_cli_list_show_accept_reject(tmp_path: Path, db: Path):
     rejected = repro("history", "reject", "r1", "--reason", "noisy neighbour", *env_args)
     assert rejected.returncode == 0 and "rejected" in rejected.stdout
     listed = repro("history", "list", *env_args)
-    assert "r1" in listed.stdout and "rejected" in listed.stdout and "noisy neighbour" in listed.stdout
+    assert (
+        "r1" in listed.stdout and "rejected" in listed.stdout and "noisy neighbour" in listed.stdout
+    )
     shown = repro("history", "show", "r1", *env_args)
     assert "first baseline" in shown.stdout and "noisy neighbour" in shown.stdout
     missing = repro("history", "show", "nope", *env_args)

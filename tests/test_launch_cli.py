@@ -27,18 +27,35 @@ def fake_cache(tmp_path: Path) -> dict[str, str]:
     (root / "venv" / "bin").mkdir(parents=True)
     (root / "venv" / "bin" / "python").symlink_to(sys.executable)
     exe = root / "venv" / "bin" / "vllm"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
     exe.chmod(0o755)
-    (root / "provenance.json").write_text(json.dumps({"build": "cpu-0.32.0", "fake": True,
-                                                      "vllm_version_output": "fake"}))
+    (root / "provenance.json").write_text(
+        json.dumps({"build": "cpu-0.32.0", "fake": True, "vllm_version_output": "fake"})
+    )
     return {**os.environ, "REPRO_CACHE": str(tmp_path / "cache"), "REPRO_STOP_TIMEOUTS": "1,1,5"}
 
 
 def launch(env: dict[str, str], log_dir: Path, port: int, mode: str = "ok") -> subprocess.Popen:
     return subprocess.Popen(
-        [*REPRO, "launch", "--profile", "cpu-tiny", "--port", str(port), "--log-dir",
-         str(log_dir), "--set", "model=/fake/model", "--set", f"env.FAKE_VLLM_MODE={mode}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        [
+            *REPRO,
+            "launch",
+            "--profile",
+            "cpu-tiny",
+            "--port",
+            str(port),
+            "--log-dir",
+            str(log_dir),
+            "--set",
+            "model=/fake/model",
+            "--set",
+            f"env.FAKE_VLLM_MODE={mode}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def read_ready(proc: subprocess.Popen, timeout: float = 60) -> str:
@@ -59,8 +76,9 @@ def live(pids: set[int]) -> set[int]:
 
 
 @pytest.mark.parametrize(("sig", "mode"), [(signal.SIGINT, "ok"), (signal.SIGTERM, "stubborn")])
-def test_launch_ready_line_then_signal_tears_down(fake_cache: dict[str, str], tmp_path: Path,
-                                                  sig: signal.Signals, mode: str) -> None:
+def test_launch_ready_line_then_signal_tears_down(
+    fake_cache: dict[str, str], tmp_path: Path, sig: signal.Signals, mode: str
+) -> None:
     port = free_port()
     proc = launch(fake_cache, tmp_path / "logs", port, mode)
     try:
@@ -110,20 +128,37 @@ def test_launch_refuses_busy_port(fake_cache: dict[str, str], tmp_path: Path) ->
 
 
 def test_launch_gpu_profile_names_url(fake_cache: dict[str, str], tmp_path: Path) -> None:
-    proc = subprocess.run([*REPRO, "launch", "--profile", "hisparse384", "--port",
-                           str(free_port())], capture_output=True, text=True, env=fake_cache,
-                          timeout=60, check=False)
+    proc = subprocess.run(
+        [*REPRO, "launch", "--profile", "hisparse384", "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        env=fake_cache,
+        timeout=60,
+        check=False,
+    )
     if "has 0" not in proc.stderr:
         pytest.fail(f"expected the no-GPU refusal, got: {proc.stderr}")
     assert proc.returncode == 2 and "--url" in proc.stderr
 
 
 def test_build_and_builds_list_reuse_installed(fake_cache: dict[str, str]) -> None:
-    proc = subprocess.run([*REPRO, "build", "cpu-0.32.0"], capture_output=True, text=True,
-                          env=fake_cache, timeout=60, check=True)
+    proc = subprocess.run(
+        [*REPRO, "build", "cpu-0.32.0"],
+        capture_output=True,
+        text=True,
+        env=fake_cache,
+        timeout=60,
+        check=True,
+    )
     assert proc.stdout.startswith("ready cpu-0.32.0:")
-    listing = subprocess.run([*REPRO, "builds", "list"], capture_output=True, text=True,
-                             env=fake_cache, timeout=60, check=True).stdout
+    listing = subprocess.run(
+        [*REPRO, "builds", "list"],
+        capture_output=True,
+        text=True,
+        env=fake_cache,
+        timeout=60,
+        check=True,
+    ).stdout
     line = next(row for row in listing.splitlines() if row.startswith("cpu-0.32.0"))
     assert "installed" in line
     other = next(row for row in listing.splitlines() if row.startswith("vllm-0.32.0"))

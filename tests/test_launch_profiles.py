@@ -60,8 +60,9 @@ def parse_command(argv: list[str]) -> tuple[str, dict[str, object]]:
     return model, flags
 
 
-@pytest.mark.parametrize(("profile", "blog"), [("hisparse384", BLOG_HISPARSE384),
-                                               ("offload512", BLOG_OFFLOAD512)])
+@pytest.mark.parametrize(
+    ("profile", "blog"), [("hisparse384", BLOG_HISPARSE384), ("offload512", BLOG_OFFLOAD512)]
+)
 def test_blog_arm_command_equals_blog_appendix(profile: str, blog: str) -> None:
     result = CliRunner().invoke(cli, ["profiles", "show", profile, "--command"])
     assert result.exit_code == 0, result.output
@@ -72,9 +73,17 @@ def test_blog_arm_command_equals_blog_appendix(profile: str, blog: str) -> None:
 
 def test_all_shipped_profiles_load_and_render() -> None:
     names = {p.name for p in list_profiles()}
-    assert {"hisparse384", "hisparse384-nomtp", "offload512", "offload512-nomtp",
-            "upstream-hisparse384", "upstream-offload512", "cpu-tiny", "cpu-tiny-mtp",
-            "cpu-tiny-pressure"} <= names
+    assert {
+        "hisparse384",
+        "hisparse384-nomtp",
+        "offload512",
+        "offload512-nomtp",
+        "upstream-hisparse384",
+        "upstream-offload512",
+        "cpu-tiny",
+        "cpu-tiny-mtp",
+        "cpu-tiny-pressure",
+    } <= names
     for profile in list_profiles():
         argv = render_serve_command(profile)
         assert argv[:3] == ["vllm", "serve", profile.model]
@@ -86,8 +95,11 @@ def test_cpu_profiles_match_interface() -> None:
     assert (tiny.build, tiny.model, tiny.gpus) == ("cpu-0.32.0", "tiny:tiny-llama", 0)
     assert tiny.serve == {"served-model-name": "tiny", "max-model-len": 4096, "dtype": "bfloat16"}
     assert tiny.sweep.points == [(1, 2), (4, 8), (8, 16)]
-    assert (tiny.sweep.dataset, tiny.sweep.dataset_offset, tiny.sweep.max_tokens) == \
-        ("cpu-tiny", 2, 64)
+    assert (tiny.sweep.dataset, tiny.sweep.dataset_offset, tiny.sweep.max_tokens) == (
+        "cpu-tiny",
+        2,
+        64,
+    )
     mtp = load_profile("cpu-tiny-mtp")
     assert mtp.model == "tiny:tiny-dsv3-mtp"
     assert mtp.serve["speculative-config"] == {"method": "mtp", "num_speculative_tokens": 1}
@@ -106,7 +118,9 @@ def test_nomtp_and_upstream_variants_via_extends() -> None:
     off = load_profile("offload512")
     assert "attention-config" not in off.serve
     assert off.serve["kv-transfer-config"]["kv_connector_extra_config"] == {
-        "spec_name": "TieringOffloadingSpec", "cpu_bytes_to_use": 512 * 2**30}
+        "spec_name": "TieringOffloadingSpec",
+        "cpu_bytes_to_use": 512 * 2**30,
+    }
     up = load_profile("upstream-hisparse384")
     assert up.serve["attention-config"] == {"hisparse_config": {"eager_host_mirror": True}}
     kv = up.serve["kv-transfer-config"]
@@ -120,16 +134,21 @@ def test_nomtp_and_upstream_variants_via_extends() -> None:
 
 
 def test_rendering_booleans_and_json(tmp_path: Path) -> None:
-    path = write(tmp_path, "p", """
+    path = write(
+        tmp_path,
+        "p",
+        """
         extends: cpu-tiny
         serve:
           enforce-eager: true
           enable-prefix-caching: false
           trust-remote-code: false
           speculative-config: {method: ngram, num_speculative_tokens: 3}
-    """)
-    argv = render_serve_command(load_profile(str(path)), model_path="/m", port=18123,
-                                executable="/venv/bin/vllm")
+    """,
+    )
+    argv = render_serve_command(
+        load_profile(str(path)), model_path="/m", port=18123, executable="/venv/bin/vllm"
+    )
     assert argv[:7] == ["/venv/bin/vllm", "serve", "/m", "--host", "127.0.0.1", "--port", "18123"]
     assert "--enforce-eager" in argv and "--no-enable-prefix-caching" in argv
     assert "--no-trust-remote-code" in argv  # BooleanOptionalAction in 0.32
@@ -138,13 +157,21 @@ def test_rendering_booleans_and_json(tmp_path: Path) -> None:
 
 
 def test_overrides_set_and_remove() -> None:
-    profile = load_profile("cpu-tiny-mtp", ["serve.max-num-seqs=4", "serve.speculative-config=null",
-                                            "sweep.max_tokens=16", "port=18150"])
+    profile = load_profile(
+        "cpu-tiny-mtp",
+        [
+            "serve.max-num-seqs=4",
+            "serve.speculative-config=null",
+            "sweep.max_tokens=16",
+            "port=18150",
+        ],
+    )
     assert profile.serve["max-num-seqs"] == 4
     assert "speculative-config" not in profile.serve
     assert profile.sweep.max_tokens == 16 and profile.port == 18150
     json_override = load_profile(
-        "cpu-tiny", ['serve.speculative-config={"method": "ngram", "num_speculative_tokens": 2}'])
+        "cpu-tiny", ['serve.speculative-config={"method": "ngram", "num_speculative_tokens": 2}']
+    )
     assert json_override.serve["speculative-config"]["num_speculative_tokens"] == 2
 
 
@@ -224,11 +251,16 @@ def test_error_names_the_file_that_set_the_key(tmp_path: Path) -> None:
 
 
 def test_override_errors_name_the_override() -> None:
-    message = expect_error("cpu-tiny", "serve.tensor-parallel-size=eight", "integer",
-                           overrides=("serve.tensor-parallel-size=eight",))
+    message = expect_error(
+        "cpu-tiny",
+        "serve.tensor-parallel-size=eight",
+        "integer",
+        overrides=("serve.tensor-parallel-size=eight",),
+    )
     assert "override" in message
-    expect_error("cpu-tiny", "serve.bogus-flag", "unknown vLLM option",
-                 overrides=("serve.bogus-flag=1",))
+    expect_error(
+        "cpu-tiny", "serve.bogus-flag", "unknown vLLM option", overrides=("serve.bogus-flag=1",)
+    )
     expect_error("cpu-tiny", "KEY=VALUE", overrides=("serve.max-num-seqs",))
     expect_error("cpu-tiny", "unknown key", overrides=("colour=blue",))
 
@@ -242,8 +274,18 @@ def test_cli_errors_exit_2_with_message(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()",
-                           "profiles", "show", str(path)], capture_output=True, text=True,
-                          check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from harness.cli import main; main()",
+            "profiles",
+            "show",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and "serve.tensor-parallel-size" in proc.stderr

@@ -29,18 +29,35 @@ FAKE = Path(__file__).with_name("fake_vllm.py")
 @pytest.fixture
 def fake_build(tmp_path: Path) -> BuildEnv:
     exe = tmp_path / "vllm"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
     exe.chmod(0o755)
-    return BuildEnv(name="fake", venv=tmp_path, python=Path(sys.executable), vllm=exe,
-                    provenance={"build": "fake"})
+    return BuildEnv(
+        name="fake",
+        venv=tmp_path,
+        python=Path(sys.executable),
+        vllm=exe,
+        provenance={"build": "fake"},
+    )
 
 
-def fake_server(tmp_path: Path, build: BuildEnv, mode: str, timeout: float = 30,
-                stop_timeouts: tuple[float, float, float] = (5, 5, 5)) -> VllmServer:
-    profile = load_profile("cpu-tiny", [f"model={tmp_path}/model", f"ready_timeout_s={timeout}",
-                                        f"env.FAKE_VLLM_MODE={mode}"])
-    return VllmServer(profile, log_path=tmp_path / "server.log", port=free_port(), build=build,
-                      stop_timeouts=stop_timeouts)
+def fake_server(
+    tmp_path: Path,
+    build: BuildEnv,
+    mode: str,
+    timeout: float = 30,
+    stop_timeouts: tuple[float, float, float] = (5, 5, 5),
+) -> VllmServer:
+    profile = load_profile(
+        "cpu-tiny",
+        [f"model={tmp_path}/model", f"ready_timeout_s={timeout}", f"env.FAKE_VLLM_MODE={mode}"],
+    )
+    return VllmServer(
+        profile,
+        log_path=tmp_path / "server.log",
+        port=free_port(),
+        build=build,
+        stop_timeouts=stop_timeouts,
+    )
 
 
 def pids_alive(pids: set[int]) -> set[int]:
@@ -55,8 +72,9 @@ def pids_alive(pids: set[int]) -> set[int]:
     return alive
 
 
-def test_busy_port_refused_before_anything_starts(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_busy_port_refused_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def no_build(*_a: object, **_k: object) -> None:
         raise AssertionError("must not touch the build when the port is busy")
 
@@ -71,11 +89,12 @@ def test_busy_port_refused_before_anything_starts(tmp_path: Path,
     assert server.pid is None and not (tmp_path / "s.log").exists()
 
 
-def test_gpu_profile_without_gpus_names_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_profile_without_gpus_names_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(server_mod, "nvidia_gpu_count", lambda: 0)
     monkeypatch.setattr(server_mod, "ensure_build", lambda *a, **k: pytest.fail("no build"))
-    server = VllmServer(load_profile("hisparse384"), log_path=tmp_path / "s.log",
-                        port=free_port())
+    server = VllmServer(load_profile("hisparse384"), log_path=tmp_path / "s.log", port=free_port())
     with pytest.raises(ServerError) as info:
         server.start()
     message = str(info.value)
@@ -100,8 +119,9 @@ def test_ready_then_graceful_stop(tmp_path: Path, fake_build: BuildEnv) -> None:
     assert "SIGINT, shutting down" in server.log_tail()  # stopped by the first, gentlest signal
     assert record["kv_capacity"]["kv_cache_tokens"] == 1536
     assert record["kv_capacity"]["max_concurrency"] == 1.5
-    assert record["cache_config_info"] == [{"block_size": "128", "engine": "0",
-                                            "num_gpu_blocks": "12"}]
+    assert record["cache_config_info"] == [
+        {"block_size": "128", "engine": "0", "num_gpu_blocks": "12"}
+    ]
     assert record["version"] == {"version": "0.0.0-fake"}
     assert record["build"] == {"build": "fake"} and record["env"]["VLLM_HOST_IP"] == "127.0.0.1"
     assert record["command_line"].startswith(str(fake_build.vllm))
@@ -152,8 +172,9 @@ def test_harness_crash_leaves_no_orphans(tmp_path: Path, fake_build: BuildEnv) -
         print(server.pid, flush=True)
         raise RuntimeError("harness bug")
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode != 0 and "harness bug" in proc.stderr
     pgid = int(proc.stdout.split()[0])
     assert group_and_descendants(pgid, pgid) == set()
@@ -161,8 +182,12 @@ def test_harness_crash_leaves_no_orphans(tmp_path: Path, fake_build: BuildEnv) -
 
 def test_attached_server_normalises_url(tmp_path: Path, fake_build: BuildEnv) -> None:
     with fake_server(tmp_path, fake_build, "ok") as server:
-        for url in (server.base_url, server.base_url + "/", server.base_url + "/v1",
-                    server.base_url + "/v1/"):
+        for url in (
+            server.base_url,
+            server.base_url + "/",
+            server.base_url + "/v1",
+            server.base_url + "/v1/",
+        ):
             attached = AttachedServer(url)
             assert attached.base_url == server.base_url
         assert attached.alive() and attached.served_model_name == "tiny"
@@ -189,13 +214,17 @@ Maximum concurrency for 142,000 tokens per request: 2.82x
 
 
 def test_cache_config_labels_and_env_and_host() -> None:
-    text = ('# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="16",'
-            'cache_dtype="auto",engine="0",num_gpu_blocks="8192"} 1.0\n'
-            '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0"} 2.0\n')
-    assert cache_config_labels(text) == [{"block_size": "16", "cache_dtype": "auto",
-                                          "engine": "0", "num_gpu_blocks": "8192"}]
-    env = relevant_env({"VLLM_HOST_IP": "127.0.0.1", "HF_TOKEN": "x", "HOME": "/root",
-                        "TMPDIR": "/t"})
+    text = (
+        '# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="16",'
+        'cache_dtype="auto",engine="0",num_gpu_blocks="8192"} 1.0\n'
+        '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0"} 2.0\n'
+    )
+    assert cache_config_labels(text) == [
+        {"block_size": "16", "cache_dtype": "auto", "engine": "0", "num_gpu_blocks": "8192"}
+    ]
+    env = relevant_env(
+        {"VLLM_HOST_IP": "127.0.0.1", "HF_TOKEN": "x", "HOME": "/root", "TMPDIR": "/t"}
+    )
     assert env == {"TMPDIR": "/t", "VLLM_HOST_IP": "127.0.0.1"}
     facts = host_facts()
     assert facts["cpu_count"] == os.cpu_count() and facts["ram_gib"] > 0

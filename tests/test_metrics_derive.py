@@ -20,17 +20,32 @@ def s(t: float, name: str, value: float, **labels: str) -> Sample:
 
 
 SUMMARY_17 = {
-    "Test Duration (s)": 10.0, "Concurrency": 4, "Request Rate (req/s)": -1,
-    "Total Requests": 24, "Success Requests": 24, "Failed Requests": 0,
-    "Req Throughput (req/s)": 2.4, "Avg Latency (s)": 1.5, "Avg Input Tokens": 800.0,
-    "Avg Output Tokens": 64.0, "Output Throughput (tok/s)": 153.6,
-    "Total Throughput (tok/s)": 2073.6, "TTFT (ms)": 40.0, "TPOT (ms)": 20.0, "ITL (ms)": 15.0,
-    "Input Throughput (tok/s)": 0.0, "Avg Turns/Request": 3.0, "KV Cache Hit Rate (%)": 75.0,
+    "Test Duration (s)": 10.0,
+    "Concurrency": 4,
+    "Request Rate (req/s)": -1,
+    "Total Requests": 24,
+    "Success Requests": 24,
+    "Failed Requests": 0,
+    "Req Throughput (req/s)": 2.4,
+    "Avg Latency (s)": 1.5,
+    "Avg Input Tokens": 800.0,
+    "Avg Output Tokens": 64.0,
+    "Output Throughput (tok/s)": 153.6,
+    "Total Throughput (tok/s)": 2073.6,
+    "TTFT (ms)": 40.0,
+    "TPOT (ms)": 20.0,
+    "ITL (ms)": 15.0,
+    "Input Throughput (tok/s)": 0.0,
+    "Avg Turns/Request": 3.0,
+    "KV Cache Hit Rate (%)": 75.0,
 }
 SUMMARY_110 = {
     **{k: v for k, v in SUMMARY_17.items() if k not in ("TTFT (ms)", "TPOT (ms)", "ITL (ms)")},
-    "Avg TTFT (ms)": 40.0, "Avg TPOT (ms)": 20.0, "Avg ITL (ms)": 19.9,
-    "Stream Requests": 24, "Non-Stream Requests": 0,
+    "Avg TTFT (ms)": 40.0,
+    "Avg TPOT (ms)": 20.0,
+    "Avg ITL (ms)": 19.9,
+    "Stream Requests": 24,
+    "Non-Stream Requests": 0,
 }
 
 
@@ -53,8 +68,10 @@ def test_summary_missing_required_key_names_it():
 
 def test_client_metrics_from_summary_and_gpu_divisor():
     client = parse_summary(SUMMARY_17)
-    rows = [{"Percentiles": "50%", "TTFT (ms)": 30.0, "TPOT (ms)": 19.0},
-            {"Percentiles": "99%", "TTFT (ms)": 90.0, "TPOT (ms)": 25.0}]
+    rows = [
+        {"Percentiles": "50%", "TTFT (ms)": 30.0, "TPOT (ms)": 19.0},
+        {"Percentiles": "99%", "TTFT (ms)": 90.0, "TPOT (ms)": 25.0},
+    ]
     out = derive_point_metrics([], client=client, percentiles=rows, parallel=4, gpus=8).metrics
     assert out["interactivity"] == pytest.approx(50.0)
     assert out["throughput_per_gpu"] == pytest.approx(2073.6 / 8)
@@ -68,10 +85,14 @@ def test_client_metrics_from_summary_and_gpu_divisor():
 
 def test_occupancy_is_mean_of_nonzero_engine_sums():
     samples = [
-        s(0, "vllm:num_requests_running", 0, engine="0"), s(0, "vllm:num_requests_running", 0, engine="1"),
-        s(1, "vllm:num_requests_running", 3, engine="0"), s(1, "vllm:num_requests_running", 2, engine="1"),
-        s(2, "vllm:num_requests_running", 4, engine="0"), s(2, "vllm:num_requests_running", 3, engine="1"),
-        s(3, "vllm:num_requests_running", 0, engine="0"), s(3, "vllm:num_requests_running", 0, engine="1"),
+        s(0, "vllm:num_requests_running", 0, engine="0"),
+        s(0, "vllm:num_requests_running", 0, engine="1"),
+        s(1, "vllm:num_requests_running", 3, engine="0"),
+        s(1, "vllm:num_requests_running", 2, engine="1"),
+        s(2, "vllm:num_requests_running", 4, engine="0"),
+        s(2, "vllm:num_requests_running", 3, engine="1"),
+        s(3, "vllm:num_requests_running", 0, engine="0"),
+        s(3, "vllm:num_requests_running", 0, engine="1"),
     ]
     out = derive_point_metrics(samples, client=None, parallel=8, gpus=1).metrics
     assert out["occupancy"] == pytest.approx((5 + 7) / 2)
@@ -85,8 +106,12 @@ def test_occupancy_is_null_not_zero_without_nonzero_samples():
 
 
 def test_counter_reset_is_handled_and_counted():
-    samples = [s(0, "vllm:num_preemptions_total", 10), s(1, "vllm:num_preemptions_total", 15),
-               s(2, "vllm:num_preemptions_total", 2), s(3, "vllm:num_preemptions_total", 6)]
+    samples = [
+        s(0, "vllm:num_preemptions_total", 10),
+        s(1, "vllm:num_preemptions_total", 15),
+        s(2, "vllm:num_preemptions_total", 2),
+        s(3, "vllm:num_preemptions_total", 6),
+    ]
     value, resets = counter_delta(samples, "vllm:num_preemptions")
     assert (value, resets) == (5 + 2 + 4, 1)
     derived = derive_point_metrics(samples, client=None, parallel=1, gpus=1)
@@ -95,14 +120,16 @@ def test_counter_reset_is_handled_and_counted():
 
 
 def test_counters_sum_over_engines_and_accept_both_names():
-    samples = [s(0, "vllm:spec_decode_num_drafts_total", 100, engine="0"),
-               s(0, "vllm:spec_decode_num_drafts_total", 50, engine="1"),
-               s(5, "vllm:spec_decode_num_drafts_total", 200, engine="0"),
-               s(5, "vllm:spec_decode_num_drafts_total", 150, engine="1"),
-               s(0, "vllm:spec_decode_num_accepted_tokens", 0, engine="0"),
-               s(5, "vllm:spec_decode_num_accepted_tokens", 300, engine="0"),
-               s(0, "vllm:spec_decode_num_draft_tokens_total", 0, engine="0"),
-               s(5, "vllm:spec_decode_num_draft_tokens_total", 600, engine="0")]
+    samples = [
+        s(0, "vllm:spec_decode_num_drafts_total", 100, engine="0"),
+        s(0, "vllm:spec_decode_num_drafts_total", 50, engine="1"),
+        s(5, "vllm:spec_decode_num_drafts_total", 200, engine="0"),
+        s(5, "vllm:spec_decode_num_drafts_total", 150, engine="1"),
+        s(0, "vllm:spec_decode_num_accepted_tokens", 0, engine="0"),
+        s(5, "vllm:spec_decode_num_accepted_tokens", 300, engine="0"),
+        s(0, "vllm:spec_decode_num_draft_tokens_total", 0, engine="0"),
+        s(5, "vllm:spec_decode_num_draft_tokens_total", 600, engine="0"),
+    ]
     out = derive_point_metrics(samples, client=None, parallel=1, gpus=1).metrics
     assert out["mtp_acceptance_length"] == pytest.approx(1 + 300 / 200)
     assert out["spec_acceptance_rate"] == pytest.approx(0.5)
@@ -119,12 +146,17 @@ def test_no_spec_decode_means_null_acceptance():
 
 def test_gauges_prefix_cache_server_tpot_and_kv_max_over_engines():
     samples = [
-        s(0, "vllm:num_requests_waiting", 0, engine="0"), s(1, "vllm:num_requests_waiting", 4, engine="0"),
+        s(0, "vllm:num_requests_waiting", 0, engine="0"),
+        s(1, "vllm:num_requests_waiting", 4, engine="0"),
         s(1, "vllm:num_requests_waiting", 2, engine="1"),
-        s(0, "vllm:kv_cache_usage_perc", 0.2, engine="0"), s(0, "vllm:kv_cache_usage_perc", 0.6, engine="1"),
-        s(1, "vllm:kv_cache_usage_perc", 0.9, engine="0"), s(1, "vllm:kv_cache_usage_perc", 0.1, engine="1"),
-        s(0, "vllm:prefix_cache_hits_total", 100), s(1, "vllm:prefix_cache_hits_total", 400),
-        s(0, "vllm:prefix_cache_queries_total", 1000), s(1, "vllm:prefix_cache_queries_total", 1400),
+        s(0, "vllm:kv_cache_usage_perc", 0.2, engine="0"),
+        s(0, "vllm:kv_cache_usage_perc", 0.6, engine="1"),
+        s(1, "vllm:kv_cache_usage_perc", 0.9, engine="0"),
+        s(1, "vllm:kv_cache_usage_perc", 0.1, engine="1"),
+        s(0, "vllm:prefix_cache_hits_total", 100),
+        s(1, "vllm:prefix_cache_hits_total", 400),
+        s(0, "vllm:prefix_cache_queries_total", 1000),
+        s(1, "vllm:prefix_cache_queries_total", 1400),
         s(0, "vllm:request_time_per_output_token_seconds_sum", 1.0),
         s(1, "vllm:request_time_per_output_token_seconds_sum", 1.5),
         s(0, "vllm:request_time_per_output_token_seconds_count", 10),
@@ -140,8 +172,10 @@ def test_gauges_prefix_cache_server_tpot_and_kv_max_over_engines():
 def test_connector_metrics_when_present():
     gib = float(1 << 30)
     samples = [
-        s(0, "vllm:hisparse_cache_hits_total", 0), s(1, "vllm:hisparse_cache_hits_total", 90),
-        s(0, "vllm:hisparse_cache_misses_total", 0), s(1, "vllm:hisparse_cache_misses_total", 10),
+        s(0, "vllm:hisparse_cache_hits_total", 0),
+        s(1, "vllm:hisparse_cache_hits_total", 90),
+        s(0, "vllm:hisparse_cache_misses_total", 0),
+        s(1, "vllm:hisparse_cache_misses_total", 10),
         s(0, "vllm:hisparse_host_to_device_bytes_total", 0),
         s(1, "vllm:hisparse_host_to_device_bytes_total", 2 * gib),
         s(0, "vllm:kv_offload_total_bytes_total", 0, transfer_type="cpu_to_gpu"),
@@ -159,8 +193,12 @@ def test_connector_metrics_when_present():
 
 
 def test_client_in_flight_is_time_weighted():
-    reqs = [RequestTiming(0.0, 4.0, True), RequestTiming(1.0, 3.0, True),
-            RequestTiming(2.0, 4.0, True), RequestTiming(3.0, None, False)]
+    reqs = [
+        RequestTiming(0.0, 4.0, True),
+        RequestTiming(1.0, 3.0, True),
+        RequestTiming(2.0, 4.0, True),
+        RequestTiming(3.0, None, False),
+    ]
     assert client_in_flight_mean(reqs) == pytest.approx((4 + 2 + 2) / 4)
     assert client_in_flight_mean([]) is None
 

@@ -31,24 +31,46 @@ DEGRADE = ("--set", "serve.num-gpu-blocks-override=16", "--set", "serve.max-mode
 
 def _repro(env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     code = "import sys; from harness.cli import main; sys.argv[0] = 'repro'; main()"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          env=env, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
 def nights(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("nightly")
-    env = {**os.environ, "REPRO_HISTORY": str(root / "history.sqlite"),
-           "REPRO_RESULTS": str(root / "results"), "REPRO_DASHBOARDS": str(root / "dashboards"),
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "REPRO_HISTORY": str(root / "history.sqlite"),
+        "REPRO_RESULTS": str(root / "results"),
+        "REPRO_DASHBOARDS": str(root / "dashboards"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
     out: dict = {"env": env, "root": root}
     from harness.server import free_port
 
     port = ("--set", f"port={free_port()}")  # where the server listens: not part of the series
     for night, extra in (("first", port), ("rerun", port), ("degraded", (*port, *DEGRADE))):
         summary = root / f"{night}.md"
-        proc = _repro(env, "nightly", "--profiles", "cpu-tiny", "--build", "cpu-0.32.0",
-                      "--out", str(root / "results"), "--summary", str(summary), *extra)
+        proc = _repro(
+            env,
+            "nightly",
+            "--profiles",
+            "cpu-tiny",
+            "--build",
+            "cpu-0.32.0",
+            "--out",
+            str(root / "results"),
+            "--summary",
+            str(summary),
+            *extra,
+        )
         data = json.loads(summary.with_suffix(".json").read_text()) if summary.exists() else None
         out[night] = {"proc": proc, "summary": summary, "data": data}
     return out
@@ -96,8 +118,9 @@ def test_regress_cli_on_the_real_runs(nights: dict):
     runs = {n: nights[n]["data"]["arms"][0]["run_dir"] for n in ("first", "rerun", "degraded")}
     same = _repro(env, "regress", "--candidate", runs["rerun"], "--baseline", runs["first"])
     assert same.returncode == 0, same.stdout + same.stderr
-    worse = _repro(env, "regress", "--candidate", runs["degraded"], "--baseline", runs["first"],
-                   "--json")
+    worse = _repro(
+        env, "regress", "--candidate", runs["degraded"], "--baseline", runs["first"], "--json"
+    )
     assert worse.returncode == 1, worse.stdout + worse.stderr
     verdict = json.loads(worse.stdout)
     assert "occupancy" in verdict["regressed_metrics"]

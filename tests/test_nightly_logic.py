@@ -55,8 +55,14 @@ def test_suspicious_points_are_rerun_and_confirmed_or_cleared(tmp_path: Path):
         def rerun(labels: list[str]) -> Path:
             reruns.append(labels)
             points = [p for p in BLOG_POINTS if f"c{p[0]}" in labels]
-            return write_run(tmp_path, f"rerun{len(reruns)}", np.random.default_rng(9),
-                             points=points, steps={"occupancy": step})
+            return write_run(
+                tmp_path,
+                f"rerun{len(reruns)}",
+                np.random.default_rng(9),
+                points=points,
+                steps={"occupancy": step},
+            )
+
         return rerun
 
     # Night 4: occupancy 7 % down everywhere (inside the 5..10 % band of the 10 % threshold).

@@ -31,8 +31,11 @@ MEASURED = {
 # KV pressure as pitfalls.md saw it (with preemptions) and as the e2e nightly measured it
 # (occupancy 1.48/1.46 at c4/c8, waiting 3/7, no preemptions, timing metrics better).
 DEGRADED = {1: (1.00, 480, 50.0, 0, 0), 4: (2.1, 700, 30.0, 3, 3), 8: (1.3, 650, 25.0, 7, 7)}
-MEASURED_DEGRADED = {1: (1.00, 1120, 135.3, 0, 0), 4: (1.48, 1210, 75.7, 3, 0),
-                     8: (1.46, 1331, 104.4, 7, 0)}
+MEASURED_DEGRADED = {
+    1: (1.00, 1120, 135.3, 0, 0),
+    4: (1.48, 1210, 75.7, 3, 0),
+    8: (1.46, 1331, 104.4, 7, 0),
+}
 
 
 def _view(name: str, table: dict) -> object:
@@ -40,11 +43,24 @@ def _view(name: str, table: dict) -> object:
     for parallel, number in POINTS:
         occ, tput, inter, waiting, *rest = table[parallel]
         preempt = rest[0] if rest else 0
-        rows.append({"label": f"c{parallel}", "parallel": parallel, "number": number,
-                     "repeat": 0, "valid": True, "invalid_reasons": [],
-                     "metrics": {"occupancy": occ, "throughput_per_gpu": tput,
-                                 "interactivity": inter, "waiting_max": waiting,
-                                 "preemptions": preempt, "mtp_acceptance_length": None}})
+        rows.append(
+            {
+                "label": f"c{parallel}",
+                "parallel": parallel,
+                "number": number,
+                "repeat": 0,
+                "valid": True,
+                "invalid_reasons": [],
+                "metrics": {
+                    "occupancy": occ,
+                    "throughput_per_gpu": tput,
+                    "interactivity": inter,
+                    "waiting_max": waiting,
+                    "preemptions": preempt,
+                    "mtp_acceptance_length": None,
+                },
+            }
+        )
     data = manifest_data(name, profile="cpu-tiny", gpus=0, points=POINTS)
     return view_from_parts(name=name, source=name, manifest_data=data, rows=rows)
 

@@ -73,30 +73,64 @@ def model_metrics(parallel: int) -> dict[str, float]:
     }
 
 
-def manifest_data(run_id: str, *, profile: str = "hisparse384", gpus: int = 8,
-                  points: list[tuple[int, int]] = BLOG_POINTS, sha: str = "d" * 64,
-                  overrides: list[str] | None = None, status: str = "complete",
-                  serve: dict[str, Any] | None = None) -> dict[str, Any]:
-    sweep = {"points": [list(p) for p in points], "dataset": "synthetic", "dataset_offset": 52,
-             "max_tokens": 220, "ignore_eos": True, "multi_turn": True, "max_turns": None,
-             "extra_args": {}}
+def manifest_data(
+    run_id: str,
+    *,
+    profile: str = "hisparse384",
+    gpus: int = 8,
+    points: list[tuple[int, int]] = BLOG_POINTS,
+    sha: str = "d" * 64,
+    overrides: list[str] | None = None,
+    status: str = "complete",
+    serve: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    sweep = {
+        "points": [list(p) for p in points],
+        "dataset": "synthetic",
+        "dataset_offset": 52,
+        "max_tokens": 220,
+        "ignore_eos": True,
+        "multi_turn": True,
+        "max_turns": None,
+        "extra_args": {},
+    }
     return {
-        "run_id": run_id, "status": status, "created_at": time.time(), "harness_version": "test",
-        "engine": "vllm", "base_url": "http://127.0.0.1:1", "profile_name": profile,
-        "profile": {"name": profile, "build": "cpu-0.32.0" if gpus == 0 else "blog",
-                    "gpus": gpus, "serve": serve or {"max-model-len": 4096}},
-        "overrides": overrides or [], "gpus": max(gpus, 1),
+        "run_id": run_id,
+        "status": status,
+        "created_at": time.time(),
+        "harness_version": "test",
+        "engine": "vllm",
+        "base_url": "http://127.0.0.1:1",
+        "profile_name": profile,
+        "profile": {
+            "name": profile,
+            "build": "cpu-0.32.0" if gpus == 0 else "blog",
+            "gpus": gpus,
+            "serve": serve or {"max-model-len": 4096},
+        },
+        "overrides": overrides or [],
+        "gpus": max(gpus, 1),
         "dataset": {"path": "/tmp/ds.json", "sha256": sha},
         "workload_key": "wk-" + json.dumps(serve or {}, sort_keys=True),
         "client": {"name": "evalscope", "version": "1.7.0"},
-        "host": {"cpu_model": "synthetic", "cpu_count": 2, "gpus": [] if gpus == 0 else ["H200"] * 8},
+        "host": {
+            "cpu_model": "synthetic",
+            "cpu_count": 2,
+            "gpus": [] if gpus == 0 else ["H200"] * 8,
+        },
         "sweep": sweep,
     }
 
 
-def point_rows(rng: np.random.Generator, *, sigma: float, repeats: int = 1,
-               points: list[tuple[int, int]] = BLOG_POINTS, steps: dict[str, float] | None = None,
-               invalid: set[str] | None = None) -> list[dict[str, Any]]:
+def point_rows(
+    rng: np.random.Generator,
+    *,
+    sigma: float,
+    repeats: int = 1,
+    points: list[tuple[int, int]] = BLOG_POINTS,
+    steps: dict[str, float] | None = None,
+    invalid: set[str] | None = None,
+) -> list[dict[str, Any]]:
     rows = []
     for repeat in range(repeats):
         for parallel, number in points:
@@ -109,26 +143,45 @@ def point_rows(rng: np.random.Generator, *, sigma: float, repeats: int = 1,
                 metrics[key] = value * factor * (1.0 + rng.normal(0.0, sigma))
             label = f"c{parallel}"
             bad = bool(invalid and label in invalid)
-            rows.append({"label": label, "parallel": parallel, "number": number, "repeat": repeat,
-                         "valid": not bad, "invalid_reasons": ["failed requests: 3"] if bad else [],
-                         "metrics": metrics})
+            rows.append(
+                {
+                    "label": label,
+                    "parallel": parallel,
+                    "number": number,
+                    "repeat": repeat,
+                    "valid": not bad,
+                    "invalid_reasons": ["failed requests: 3"] if bad else [],
+                    "metrics": metrics,
+                }
+            )
     return rows
 
 
 def synthetic_view(name: str, rng: np.random.Generator, *, sigma: float, **kwargs: Any):
-    manifest_kwargs = {k: kwargs.pop(k) for k in ("profile", "gpus", "sha", "overrides", "status",
-                                                  "serve") if k in kwargs}
+    manifest_kwargs = {
+        k: kwargs.pop(k)
+        for k in ("profile", "gpus", "sha", "overrides", "status", "serve")
+        if k in kwargs
+    }
     if "points" in kwargs:
         manifest_kwargs["points"] = kwargs["points"]
-    return view_from_parts(name=name, source=name, manifest_data=manifest_data(name, **manifest_kwargs),
-                           rows=point_rows(rng, sigma=sigma, **kwargs))
+    return view_from_parts(
+        name=name,
+        source=name,
+        manifest_data=manifest_data(name, **manifest_kwargs),
+        rows=point_rows(rng, sigma=sigma, **kwargs),
+    )
 
 
-def write_run(parent: Path, name: str, rng: np.random.Generator, *, sigma: float = 0.0,
-              **kwargs: Any) -> Path:
+def write_run(
+    parent: Path, name: str, rng: np.random.Generator, *, sigma: float = 0.0, **kwargs: Any
+) -> Path:
     """A real run directory (manifest, point.json files, summary) for CLI and history tests."""
-    manifest_kwargs = {k: kwargs.pop(k) for k in ("profile", "gpus", "sha", "overrides", "status",
-                                                  "serve") if k in kwargs}
+    manifest_kwargs = {
+        k: kwargs.pop(k)
+        for k in ("profile", "gpus", "sha", "overrides", "status", "serve")
+        if k in kwargs
+    }
     if "points" in kwargs:
         manifest_kwargs["points"] = kwargs["points"]
     layout = RunLayout(parent / name)
@@ -138,11 +191,22 @@ def write_run(parent: Path, name: str, rng: np.random.Generator, *, sigma: float
     for row in point_rows(rng, sigma=sigma, **kwargs):
         pid = point_id(row["parallel"], row["number"], row["repeat"])
         record = PointRecord(
-            point_id=pid, label=row["label"], parallel=row["parallel"], number=row["number"],
-            repeat=row["repeat"], dataset_offset=52, conversations=list(range(row["number"])),
-            turns=13, expected_requests=13 * row["number"], started_at=1.0, ended_at=2.0,
-            window=(1.0, 2.0), valid=row["valid"], invalid_reasons=row["invalid_reasons"],
-            metrics=row["metrics"], samples=10,
+            point_id=pid,
+            label=row["label"],
+            parallel=row["parallel"],
+            number=row["number"],
+            repeat=row["repeat"],
+            dataset_offset=52,
+            conversations=list(range(row["number"])),
+            turns=13,
+            expected_requests=13 * row["number"],
+            started_at=1.0,
+            ended_at=2.0,
+            window=(1.0, 2.0),
+            valid=row["valid"],
+            invalid_reasons=row["invalid_reasons"],
+            metrics=row["metrics"],
+            samples=10,
         )
         atomic_write_json(layout.point_json(pid), record)
         records.append(record)
@@ -184,9 +248,13 @@ def test_single_run_noise_is_not_a_regression_and_a_10pct_drop_is():
         dropped = synthetic_view("drop", rng, sigma=0.01, steps={"throughput_per_gpu": -0.10})
         false_positives += evaluate(same, history, GPU_POLICY).status == "regression"
         verdict = evaluate(dropped, history, GPU_POLICY)
-        caught += verdict.status == "regression" and "throughput_per_gpu" in verdict.regressed_metrics()
-    print(f"single runs, 3% noise: {false_positives}/{SEEDS} false positives, "
-          f"10% drop caught {caught}/{SEEDS}")
+        caught += (
+            verdict.status == "regression" and "throughput_per_gpu" in verdict.regressed_metrics()
+        )
+    print(
+        f"single runs, 3% noise: {false_positives}/{SEEDS} false positives, "
+        f"10% drop caught {caught}/{SEEDS}"
+    )
     assert false_positives / SEEDS < 0.01
     assert caught / SEEDS >= 0.99
 
@@ -197,13 +265,16 @@ def test_repeats_use_the_median_ci_and_keep_false_positives_low():
         rng = np.random.default_rng(10_000 + seed)
         history = history_views(rng, sigma=0.03, repeats=5)
         same = synthetic_view("same", rng, sigma=0.03, repeats=5)
-        dropped = synthetic_view("drop", rng, sigma=0.03, repeats=5,
-                                 steps={"throughput_per_gpu": -0.10})
+        dropped = synthetic_view(
+            "drop", rng, sigma=0.03, repeats=5, steps={"throughput_per_gpu": -0.10}
+        )
         false_positives += evaluate(same, history, GPU_POLICY).status == "regression"
         verdict = evaluate(dropped, history, GPU_POLICY)
         caught += "throughput_per_gpu" in verdict.regressed_metrics()
-    print(f"5 repeats, 3% noise: {false_positives}/{SEEDS} false positives, "
-          f"10% drop caught {caught}/{SEEDS}")
+    print(
+        f"5 repeats, 3% noise: {false_positives}/{SEEDS} false positives, "
+        f"10% drop caught {caught}/{SEEDS}"
+    )
     assert false_positives / SEEDS < 0.05
     assert caught / SEEDS >= 0.99
 
@@ -250,8 +321,9 @@ def test_latency_rise_and_occupancy_loss_are_named():
 def test_curve_metrics_catch_a_frontier_loss():
     rng = np.random.default_rng(4)
     base = synthetic_view("base", rng, sigma=0.0)
-    cand = synthetic_view("cand", rng, sigma=0.0,
-                          steps={"throughput_per_gpu": -0.2, "interactivity": -0.2})
+    cand = synthetic_view(
+        "cand", rng, sigma=0.0, steps={"throughput_per_gpu": -0.2, "interactivity": -0.2}
+    )
     verdict = evaluate(cand, [base], GPU_POLICY)
     curve = {(r.metric, r.point): r for r in verdict.rows if r.scope == "curve"}
     auc = curve[("frontier_auc", "frontier")]
@@ -285,26 +357,44 @@ def test_incomparable_inputs_raise_with_the_reason():
 
 def repro(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     code = "import sys; from harness.cli import main; sys.argv[0] = 'repro'; main()"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          timeout=120, env=env, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
 
 
 def test_cli_exit_codes_json_and_markdown(tmp_path: Path):
     base = write_run(tmp_path, "base", np.random.default_rng(1), sigma=0.01)
     same = write_run(tmp_path, "same", np.random.default_rng(2), sigma=0.01)
-    drop = write_run(tmp_path, "drop", np.random.default_rng(3), sigma=0.01,
-                     steps={"throughput_per_gpu": -0.10})
+    drop = write_run(
+        tmp_path, "drop", np.random.default_rng(3), sigma=0.01, steps={"throughput_per_gpu": -0.10}
+    )
     other = write_run(tmp_path, "other", np.random.default_rng(4), sigma=0.01, sha="f" * 64)
     assert view_from_run(load_run(same)).points[(8, 16)].label == "c8"
 
     ok = repro("regress", "--candidate", str(same), "--baseline", str(base))
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "verdict: OK" in ok.stdout or "verdict: IMPROVEMENT" in ok.stdout \
+    assert (
+        "verdict: OK" in ok.stdout
+        or "verdict: IMPROVEMENT" in ok.stdout
         or "verdict: SUSPICIOUS" in ok.stdout
+    )
 
     md = tmp_path / "verdict.md"
-    bad = repro("regress", "--candidate", str(drop), "--baseline", str(base), "--json",
-                "--markdown", str(md))
+    bad = repro(
+        "regress",
+        "--candidate",
+        str(drop),
+        "--baseline",
+        str(base),
+        "--json",
+        "--markdown",
+        str(md),
+    )
     assert bad.returncode == 1, bad.stdout + bad.stderr
     data = json.loads(bad.stdout)
     assert data["status"] == "regression" and "throughput_per_gpu" in data["regressed_metrics"]
@@ -319,14 +409,24 @@ def test_policy_validation_errors_name_file_and_key(tmp_path: Path):
     from harness.errors import ConfigError
 
     cases = {
-        "unknown top-level": ("metrics: {occupancy: {threshold: 0.1}}\nthreshold: 3\n", "'threshold'"),
-        "unknown metric key": ("metrics: {occupancy: {threshold: 0.1, flor: 1}}\n",
-                               "'metrics.occupancy.flor': unknown key"),
+        "unknown top-level": (
+            "metrics: {occupancy: {threshold: 0.1}}\nthreshold: 3\n",
+            "'threshold'",
+        ),
+        "unknown metric key": (
+            "metrics: {occupancy: {threshold: 0.1, flor: 1}}\n",
+            "'metrics.occupancy.flor': unknown key",
+        ),
         "unknown metric": ("metrics: {tput: {threshold: 0.1}}\n", "unknown metric"),
         "bad threshold": ("metrics: {occupancy: {threshold: -1}}\n", "metrics.occupancy.threshold"),
         "no direction": ("metrics: {kv_cache_usage_max: {threshold: 0.1}}\n", "set direction"),
-        "missing at": (("metrics: {occupancy: {threshold: 0.1}}\ncurves: "
-                       "{throughput_at_interactivity: {threshold: 0.1}}\n"), "at"),
+        "missing at": (
+            (
+                "metrics: {occupancy: {threshold: 0.1}}\ncurves: "
+                "{throughput_at_interactivity: {threshold: 0.1}}\n"
+            ),
+            "at",
+        ),
     }
     for name, (text, expected) in cases.items():
         path = tmp_path / f"{name.replace(' ', '-')}.yaml"
@@ -337,6 +437,13 @@ def test_policy_validation_errors_name_file_and_key(tmp_path: Path):
     # And through the CLI: exit 2 with the message.
     rng = np.random.default_rng(1)
     run = write_run(tmp_path, "run", rng)
-    result = repro("regress", "--candidate", str(run), "--baseline", str(run),
-                   "--policy", str(tmp_path / "unknown-metric-key.yaml"))
+    result = repro(
+        "regress",
+        "--candidate",
+        str(run),
+        "--baseline",
+        str(run),
+        "--policy",
+        str(tmp_path / "unknown-metric-key.yaml"),
+    )
     assert result.returncode == 2 and "flor" in result.stderr

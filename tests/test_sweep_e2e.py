@@ -32,8 +32,14 @@ QUIET = {"report": False, "echo": lambda _msg: None}
 
 
 def _evalscope_point_dir(run_dir: Path, point) -> Path:
-    return (run_dir / "points" / point.point_id / "evalscope" / point.point_id
-            / f"parallel_{point.parallel}_number_{point.number}")
+    return (
+        run_dir
+        / "points"
+        / point.point_id
+        / "evalscope"
+        / point.point_id
+        / f"parallel_{point.parallel}_number_{point.number}"
+    )
 
 
 def _counter_delta(df: pd.DataFrame, name: str) -> float | None:
@@ -127,8 +133,14 @@ def assert_valid_points(run_dir: Path) -> None:
 def test_mtp_sweep_measures_acceptance_from_server_counters(server_factory, tmp_path):
     server = server_factory("cpu-tiny-mtp")
     # MTP decoding on CPU is slow (tens of tok/s per request): keep the points small.
-    run_dir = run_sweep("cpu-tiny-mtp", overrides=["sweep.points=[[1,1],[4,4]]"],
-                        url=server.base_url, out=tmp_path, run_id="mtp", **QUIET)
+    run_dir = run_sweep(
+        "cpu-tiny-mtp",
+        overrides=["sweep.points=[[1,1],[4,4]]"],
+        url=server.base_url,
+        out=tmp_path,
+        run_id="mtp",
+        **QUIET,
+    )
     run = load_run(run_dir)
     assert run.manifest.status == "complete"
     assert [p.label for p in run.points] == ["c1", "c4"]
@@ -149,9 +161,14 @@ def test_pressure_sweep_preempts_and_caps_occupancy(server_factory, tmp_path):
     server = server_factory("cpu-tiny-pressure")
     # Longer replies grow each running request by ~1.5 KV blocks per turn: with 16 blocks the
     # scheduler must preempt (64-token replies were admitted without any preemption).
-    run_dir = run_sweep("cpu-tiny-pressure",
-                        overrides=["sweep.points=[[1,1],[8,8]]", "sweep.max_tokens=192"],
-                        url=server.base_url, out=tmp_path, run_id="pressure", **QUIET)
+    run_dir = run_sweep(
+        "cpu-tiny-pressure",
+        overrides=["sweep.points=[[1,1],[8,8]]", "sweep.max_tokens=192"],
+        url=server.base_url,
+        out=tmp_path,
+        run_id="pressure",
+        **QUIET,
+    )
     run = load_run(run_dir)
     assert_valid_points(run_dir)
     top = run.points[-1]
@@ -167,23 +184,32 @@ def test_pressure_sweep_preempts_and_caps_occupancy(server_factory, tmp_path):
 def test_resume_after_interrupt_gives_the_same_summary(server_factory, tmp_path):
     server = server_factory("cpu-tiny")
     sets = ["sweep.points=[[1,2],[2,4]]"]
-    full = run_sweep("cpu-tiny", overrides=sets, url=server.base_url, out=tmp_path,
-                     run_id="full", **QUIET)
+    full = run_sweep(
+        "cpu-tiny", overrides=sets, url=server.base_url, out=tmp_path, run_id="full", **QUIET
+    )
 
     def interrupt_after_first_point(msg: str) -> None:
         if msg.startswith("  p001-n0002-r0: "):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_sweep("cpu-tiny", overrides=sets, url=server.base_url, out=tmp_path, run_id="cut",
-                  report=False, echo=interrupt_after_first_point)
+        run_sweep(
+            "cpu-tiny",
+            overrides=sets,
+            url=server.base_url,
+            out=tmp_path,
+            run_id="cut",
+            report=False,
+            echo=interrupt_after_first_point,
+        )
     cut = tmp_path / "cut"
     partial = load_run(cut)
     assert partial.manifest.status == "partial"
     assert [p.point_id for p in partial.points] == ["p001-n0002-r0"]
     with pytest.raises(RunError, match="already exists"):
-        run_sweep("cpu-tiny", overrides=sets, url=server.base_url, out=tmp_path, run_id="cut",
-                  **QUIET)
+        run_sweep(
+            "cpu-tiny", overrides=sets, url=server.base_url, out=tmp_path, run_id="cut", **QUIET
+        )
 
     run_sweep("cpu-tiny", resume=cut, **QUIET)
     resumed = load_run(cut)
@@ -192,8 +218,15 @@ def test_resume_after_interrupt_gives_the_same_summary(server_factory, tmp_path)
     def rows(run_dir: Path) -> list[tuple]:
         summary = json.loads((run_dir / "summary.json").read_text())
         points = {p.point_id: p for p in load_run(run_dir).points}
-        return [(r["point_id"], r["valid"], points[r["point_id"]].client.total_requests,
-                 points[r["point_id"]].conversations) for r in summary["rows"]]
+        return [
+            (
+                r["point_id"],
+                r["valid"],
+                points[r["point_id"]].client.total_requests,
+                points[r["point_id"]].conversations,
+            )
+            for r in summary["rows"]
+        ]
 
     assert rows(cut) == rows(full)
     assert load_run(cut).manifest.workload_key == load_run(full).manifest.workload_key
@@ -203,8 +236,15 @@ def test_resume_after_interrupt_gives_the_same_summary(server_factory, tmp_path)
 
 def test_repeats_record_median_and_ci(server_factory, tmp_path):
     server = server_factory("cpu-tiny")
-    run_dir = run_sweep("cpu-tiny", url=server.base_url, out=tmp_path, run_id="rep",
-                        repeats=3, only_points=["c1"], **QUIET)
+    run_dir = run_sweep(
+        "cpu-tiny",
+        url=server.base_url,
+        out=tmp_path,
+        run_id="rep",
+        repeats=3,
+        only_points=["c1"],
+        **QUIET,
+    )
     run = load_run(run_dir)
     assert [p.point_id for p in run.points] == [f"p001-n0002-r{r}" for r in range(3)]
     # Fresh conversations per repeat: offset advances by `number`.
@@ -247,8 +287,9 @@ def test_server_killed_mid_point_is_invalid_and_sweep_continues(cpu_build, tmp_p
                 text = requests.get(f"{base}/metrics", timeout=2).text
             except requests.RequestException:
                 continue
-            running = [ln for ln in text.splitlines()
-                       if ln.startswith("vllm:num_requests_running{")]
+            running = [
+                ln for ln in text.splitlines() if ln.startswith("vllm:num_requests_running{")
+            ]
             if running and float(running[0].rsplit(" ", 1)[1]) > 0:
                 pgid = _server_group(port)
                 if pgid:
@@ -257,8 +298,14 @@ def test_server_killed_mid_point_is_invalid_and_sweep_continues(cpu_build, tmp_p
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
-    run_dir = run_sweep("cpu-tiny", overrides=["sweep.points=[[2,8],[1,2]]"], out=tmp_path,
-                        run_id="kill", port=port, **QUIET)
+    run_dir = run_sweep(
+        "cpu-tiny",
+        overrides=["sweep.points=[[2,8],[1,2]]"],
+        out=tmp_path,
+        run_id="kill",
+        port=port,
+        **QUIET,
+    )
     thread.join(timeout=5)
     assert "pgid" in killed
     run = load_run(run_dir)

@@ -89,11 +89,26 @@ class FakeOpenAI(BaseHTTPRequestHandler):
         n = int(body.get("max_tokens") or 8)
         prompt = PROMPT_TOKENS_PER_MESSAGE * len(body.get("messages") or [])
         if not body.get("stream"):
-            self._json(200, {"id": "x", "object": "chat.completion", "model": MODEL,
-                             "choices": [{"index": 0, "finish_reason": "length",
-                                          "message": {"role": "assistant", "content": "w " * n}}],
-                             "usage": {"prompt_tokens": prompt, "completion_tokens": n,
-                                       "total_tokens": prompt + n}})
+            self._json(
+                200,
+                {
+                    "id": "x",
+                    "object": "chat.completion",
+                    "model": MODEL,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": "length",
+                            "message": {"role": "assistant", "content": "w " * n},
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": prompt,
+                        "completion_tokens": n,
+                        "total_tokens": prompt + n,
+                    },
+                },
+            )
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -102,6 +117,7 @@ class FakeOpenAI(BaseHTTPRequestHandler):
         with cls.lock:
             cls.running += 1
         try:
+
             def event(obj: object) -> None:
                 self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
                 self.wfile.flush()
@@ -112,9 +128,17 @@ class FakeOpenAI(BaseHTTPRequestHandler):
                 time.sleep(0.004)
                 event({**base, "choices": [{"index": 0, "delta": {"content": "w "}}]})
             event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
-            event({**base, "choices": [], "usage": {"prompt_tokens": prompt,
-                                                    "completion_tokens": n,
-                                                    "total_tokens": prompt + n}})
+            event(
+                {
+                    **base,
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": prompt,
+                        "completion_tokens": n,
+                        "total_tokens": prompt + n,
+                    },
+                }
+            )
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         finally:
@@ -127,9 +151,17 @@ def fake_server():
     servers = []
 
     def start(mode: str = "ok", metrics_mode: str = "ok") -> str:
-        handler = type("Handler", (FakeOpenAI,), {"mode": mode, "metrics_mode": metrics_mode,
-                                                  "metrics_calls": 0, "running": 0,
-                                                  "lock": threading.Lock()})
+        handler = type(
+            "Handler",
+            (FakeOpenAI,),
+            {
+                "mode": mode,
+                "metrics_mode": metrics_mode,
+                "metrics_calls": 0,
+                "running": 0,
+                "lock": threading.Lock(),
+            },
+        )
         server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -145,8 +177,10 @@ def fake_server():
 @pytest.fixture
 def small_dataset(tmp_path: Path) -> Path:
     conversations = [
-        [{"messages": [{"role": "user", "content": f"conversation {c} turn 0"}]},
-         {"messages": [{"role": "user", "content": f"conversation {c} turn 1"}]}]
+        [
+            {"messages": [{"role": "user", "content": f"conversation {c} turn 0"}]},
+            {"messages": [{"role": "user", "content": f"conversation {c} turn 1"}]},
+        ]
         for c in range(4)
     ]
     path = tmp_path / "tiny_swe_smith.json"
@@ -154,14 +188,28 @@ def small_dataset(tmp_path: Path) -> Path:
     return path
 
 
-SETS = ["sweep.points=[[1,1],[2,2]]", "sweep.max_tokens=8", "sweep.scrape_interval_s=0.5",
-        "sweep.sleep_between_points_s=0", "sweep.warmup_requests=1", "sweep.point_timeout_s=120"]
+SETS = [
+    "sweep.points=[[1,1],[2,2]]",
+    "sweep.max_tokens=8",
+    "sweep.scrape_interval_s=0.5",
+    "sweep.sleep_between_points_s=0",
+    "sweep.warmup_requests=1",
+    "sweep.point_timeout_s=120",
+]
 
 
 def test_http_500_endpoint_makes_points_invalid(fake_server, small_dataset, tmp_path):
     url = fake_server(mode="chat500")
-    run_dir = run_sweep("cpu-tiny", overrides=SETS, dataset=str(small_dataset), url=url,
-                        out=tmp_path, run_id="r500", report=False, echo=lambda _: None)
+    run_dir = run_sweep(
+        "cpu-tiny",
+        overrides=SETS,
+        dataset=str(small_dataset),
+        url=url,
+        out=tmp_path,
+        run_id="r500",
+        report=False,
+        echo=lambda _: None,
+    )
     run = load_run(run_dir)
     assert run.manifest.status == "complete"
     assert [p.point_id for p in run.points] == ["p001-n0001-r0", "p002-n0002-r0"]
@@ -187,12 +235,21 @@ def test_http_500_endpoint_makes_points_invalid(fake_server, small_dataset, tmp_
     assert "p002-n0002-r0" in shown.output and "NO" in shown.output
 
 
-def test_failing_metrics_endpoint_records_gaps_and_point_completes(fake_server, small_dataset,
-                                                                    tmp_path):
+def test_failing_metrics_endpoint_records_gaps_and_point_completes(
+    fake_server, small_dataset, tmp_path
+):
     url = fake_server(metrics_mode="flaky")
     sets = [*SETS, "sweep.points=[[2,4]]", "sweep.max_tokens=200", "sweep.scrape_interval_s=1"]
-    run_dir = run_sweep("cpu-tiny", overrides=sets, dataset=str(small_dataset), url=url,
-                        out=tmp_path, run_id="gaps", report=False, echo=lambda _: None)
+    run_dir = run_sweep(
+        "cpu-tiny",
+        overrides=sets,
+        dataset=str(small_dataset),
+        url=url,
+        out=tmp_path,
+        run_id="gaps",
+        report=False,
+        echo=lambda _: None,
+    )
     (point,) = load_run(run_dir).points
     assert point.valid, point.invalid_reasons
     assert point.client.total_requests == point.expected_requests == 8
@@ -212,18 +269,32 @@ def test_existing_run_dir_is_never_overwritten(fake_server, small_dataset, tmp_p
     from harness.errors import RunError
 
     with pytest.raises(RunError, match="never overwritten"):
-        run_sweep("cpu-tiny", overrides=SETS, dataset=str(small_dataset),
-                  url=fake_server(), out=tmp_path, run_id="taken", report=False,
-                  echo=lambda _: None)
+        run_sweep(
+            "cpu-tiny",
+            overrides=SETS,
+            dataset=str(small_dataset),
+            url=fake_server(),
+            out=tmp_path,
+            run_id="taken",
+            report=False,
+            echo=lambda _: None,
+        )
 
 
-def test_point_timeout_kills_the_client_group_and_invalidates(fake_server, small_dataset,
-                                                             tmp_path):
+def test_point_timeout_kills_the_client_group_and_invalidates(fake_server, small_dataset, tmp_path):
     url = fake_server(mode="hang")
     sets = [*SETS, "sweep.points=[[1,1]]", "sweep.point_timeout_s=20"]
     started = time.monotonic()
-    run_dir = run_sweep("cpu-tiny", overrides=sets, dataset=str(small_dataset), url=url,
-                        out=tmp_path, run_id="timeout", report=False, echo=lambda _: None)
+    run_dir = run_sweep(
+        "cpu-tiny",
+        overrides=sets,
+        dataset=str(small_dataset),
+        url=url,
+        out=tmp_path,
+        run_id="timeout",
+        report=False,
+        echo=lambda _: None,
+    )
     assert time.monotonic() - started < 90
     (point,) = load_run(run_dir).points
     assert not point.valid
@@ -242,8 +313,9 @@ def test_point_timeout_kills_the_client_group_and_invalidates(fake_server, small
     assert leftovers == []
 
 
-def test_resume_from_the_cli_needs_no_profile_and_refuses_another(fake_server, small_dataset,
-                                                                  tmp_path):
+def test_resume_from_the_cli_needs_no_profile_and_refuses_another(
+    fake_server, small_dataset, tmp_path
+):
     from click.testing import CliRunner
 
     from harness.cli import cli
@@ -257,8 +329,16 @@ def test_resume_from_the_cli_needs_no_profile_and_refuses_another(fake_server, s
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_sweep("cpu-tiny", overrides=SETS, dataset=str(small_dataset), url=fake_server(),
-                  out=tmp_path, run_id="cut", report=False, echo=interrupt_after_first_point)
+        run_sweep(
+            "cpu-tiny",
+            overrides=SETS,
+            dataset=str(small_dataset),
+            url=fake_server(),
+            out=tmp_path,
+            run_id="cut",
+            report=False,
+            echo=interrupt_after_first_point,
+        )
     run = tmp_path / "cut"
     assert load_run(run).manifest.status == "partial"
     result = runner.invoke(cli, ["sweep", "--resume", str(run), "--profile", "cpu-tiny-mtp"])

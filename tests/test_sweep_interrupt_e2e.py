@@ -26,9 +26,21 @@ def test_ctrl_c_stops_server_and_client_then_resume_finishes(cpu_build, tmp_path
     port = free_port()
     run = tmp_path / "results" / "ctrlc"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    command = [*REPRO, "sweep", "--profile", "cpu-tiny", "--set", "sweep.points=[[1,2],[2,4]]",
-               "--out", str(tmp_path / "results"), "--run-id", "ctrlc", "--port", str(port),
-               "--no-report"]
+    command = [
+        *REPRO,
+        "sweep",
+        "--profile",
+        "cpu-tiny",
+        "--set",
+        "sweep.points=[[1,2],[2,4]]",
+        "--out",
+        str(tmp_path / "results"),
+        "--run-id",
+        "ctrlc",
+        "--port",
+        str(port),
+        "--no-report",
+    ]
     log = (tmp_path / "sweep.log").open("w")
     sweep = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     groups: dict[str, int] = {}
@@ -65,9 +77,14 @@ def test_ctrl_c_stops_server_and_client_then_resume_finishes(cpu_build, tmp_path
     assert manifest["status"] == "partial"
     assert not (run / "points" / "p001-n0002-r0" / "point.json").exists()  # cut mid-point
 
-    resumed = subprocess.run([*REPRO, "sweep", "--resume", str(run), "--no-report"],
-                             env=env, capture_output=True, text=True, timeout=1200,
-                             check=False)
+    resumed = subprocess.run(
+        [*REPRO, "sweep", "--resume", str(run), "--no-report"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     finished = load_run(run)
     assert finished.manifest.status == "complete"

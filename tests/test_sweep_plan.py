@@ -35,26 +35,38 @@ def test_only_points_keep_the_full_sweep_offsets():
 
 def test_repeats_are_repeat_major_with_fresh_conversations():
     plan = plan_points([(1, 2), (4, 8)], dataset_offset=2, num_conversations=32, repeats=2)
-    assert [p.point_id for p in plan] == ["p001-n0002-r0", "p004-n0008-r0",
-                                          "p001-n0002-r1", "p004-n0008-r1"]
+    assert [p.point_id for p in plan] == [
+        "p001-n0002-r0",
+        "p004-n0008-r0",
+        "p001-n0002-r1",
+        "p004-n0008-r1",
+    ]
     assert plan[2].conversations == [4, 5] and plan[3].conversations == list(range(12, 20))
     with pytest.raises(ConfigError):
         plan_points([(1, 2)], dataset_offset=0, num_conversations=4, repeats=0)
 
 
 def test_workload_key_ignores_port_and_host_but_not_serve_flags():
-    sweep = {"points": [[1, 2]], "dataset_offset": 2, "max_tokens": 64, "multi_turn": True,
-             "max_turns": None, "ignore_eos": True, "extra_args": {}}
-    profile = {"model": "m", "build": "b", "gpus": 0,
-               "serve": {"max-model-len": 4096, "port": 1}}
+    sweep = {
+        "points": [[1, 2]],
+        "dataset_offset": 2,
+        "max_tokens": 64,
+        "multi_turn": True,
+        "max_turns": None,
+        "ignore_eos": True,
+        "extra_args": {},
+    }
+    profile = {"model": "m", "build": "b", "gpus": 0, "serve": {"max-model-len": 4096, "port": 1}}
     key = workload_key(dataset_sha256="abc", sweep=sweep, profile=profile)
     moved = {**profile, "serve": {"max-model-len": 4096, "port": 2, "host": "0.0.0.0"}}
     assert workload_key(dataset_sha256="abc", sweep=sweep, profile=moved) == key
     degraded = {**profile, "serve": {"max-model-len": 1920}}
     assert workload_key(dataset_sha256="abc", sweep=sweep, profile=degraded) != key
     assert workload_key(dataset_sha256="abd", sweep=sweep, profile=profile) != key
-    assert workload_key(dataset_sha256="abc", sweep={**sweep, "max_tokens": 65},
-                        profile=profile) != key
+    assert (
+        workload_key(dataset_sha256="abc", sweep={**sweep, "max_tokens": 65}, profile=profile)
+        != key
+    )
 
 
 def test_dry_run_prints_plan_and_writes_nothing(tmp_path):
@@ -62,9 +74,21 @@ def test_dry_run_prints_plan_and_writes_nothing(tmp_path):
     dataset = tmp_path / "d.json"
     dataset.write_text(json.dumps({"conversations": conversations}))
     out = tmp_path / "runs"
-    result = CliRunner().invoke(cli, ["sweep", "--profile", "cpu-tiny", "--dry-run",
-                                      "--dataset", str(dataset), "--out", str(out),
-                                      "--set", "sweep.max_tokens=33"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "sweep",
+            "--profile",
+            "cpu-tiny",
+            "--dry-run",
+            "--dataset",
+            str(dataset),
+            "--out",
+            str(out),
+            "--set",
+            "sweep.max_tokens=33",
+        ],
+    )
     assert result.exit_code == 0, result.output
     text = result.output
     assert "p001-n0002-r0 (c1): offset 2, 2 conversations [2-3], 4 requests" in text
@@ -75,8 +99,9 @@ def test_dry_run_prints_plan_and_writes_nothing(tmp_path):
 
 
 def test_bad_override_is_a_clear_error(tmp_path):
-    result = CliRunner().invoke(cli, ["sweep", "--profile", "cpu-tiny", "--dry-run",
-                                      "--set", "sweep.nonsense=1"])
+    result = CliRunner().invoke(
+        cli, ["sweep", "--profile", "cpu-tiny", "--dry-run", "--set", "sweep.nonsense=1"]
+    )
     assert result.exit_code != 0
     assert "nonsense" in str(result.exception) + result.output
 

@@ -31,15 +31,17 @@ def test_required_models_exist_with_the_mla_latent_size() -> None:
 
 def test_build_script_imports_nothing_from_harness() -> None:
     tree = ast.parse(BUILD_SCRIPT.read_text())
-    modules = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
-               for alias in node.names]
-    modules += [node.module or "" for node in ast.walk(tree)
-                if isinstance(node, ast.ImportFrom)]
+    modules = [
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    ]
+    modules += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
     assert modules and not [m for m in modules if m.split(".")[0] == "harness"]
 
 
-def test_cache_key_depends_on_name_tokenizer_and_build_python(tmp_path: Path,
-                                                              monkeypatch) -> None:
+def test_cache_key_depends_on_name_tokenizer_and_build_python(tmp_path: Path, monkeypatch) -> None:
     from harness.tiny.tokenizer import TOKENIZER_FILES
 
     tok = tmp_path / "tok"

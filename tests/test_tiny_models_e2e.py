@@ -58,7 +58,10 @@ def test_llama_config_and_weights(cpu_build) -> None:
     config = json.loads((model / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
     assert (config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]) == (
-        256, 2, 2048)
+        256,
+        2,
+        2048,
+    )
     assert (config["bos_token_id"], config["eos_token_id"], config["pad_token_id"]) == (0, 2, 3)
     assert config["tie_word_embeddings"] is False
     generation = json.loads((model / "generation_config.json").read_text())
@@ -87,10 +90,17 @@ def test_dsv3_mtp_config_and_checkpoint_layout(mtp_model: Path) -> None:
     layers = config["num_hidden_layers"]
     header = safetensors_header(mtp_model / "model.safetensors")
     mtp = f"model.layers.{layers}."
-    for suffix in ("enorm.weight", "hnorm.weight", "eh_proj.weight", "shared_head.norm.weight",
-                   "shared_head.head.weight", "embed_tokens.weight",
-                   "mlp.gate.e_score_correction_bias", "mlp.experts.0.down_proj.weight",
-                   "self_attn.kv_a_proj_with_mqa.weight"):
+    for suffix in (
+        "enorm.weight",
+        "hnorm.weight",
+        "eh_proj.weight",
+        "shared_head.norm.weight",
+        "shared_head.head.weight",
+        "embed_tokens.weight",
+        "mlp.gate.e_score_correction_bias",
+        "mlp.experts.0.down_proj.weight",
+        "self_attn.kv_a_proj_with_mqa.weight",
+    ):
         assert mtp + suffix in header, suffix
     hidden = config["hidden_size"]
     assert header[mtp + "eh_proj.weight"]["shape"] == [hidden, 2 * hidden]
@@ -101,7 +111,7 @@ def test_dsv3_mtp_config_and_checkpoint_layout(mtp_model: Path) -> None:
 # Runs under the build venv's python: transformers' DeepseekV3 runs the target; the MTP layer is
 # evaluated as vLLM's DeepSeek MTP does it (enorm/hnorm -> eh_proj -> decoder block -> residual ->
 # shared_head), with the decoder block loaded by transformers as an extra layer.
-MTP_CHECK = r'''
+MTP_CHECK = r"""
 import json, sys, torch
 from transformers import AutoModelForCausalLM
 from safetensors import safe_open
@@ -148,17 +158,28 @@ generated = seq[0, prompt.shape[1]:].tolist()
 agree = int((drafts == greedy[1:]).sum())
 print(json.dumps({"agree": agree, "total": n - 1, "generated": generated,
                   "distinct_generated": len(set(generated))}))
-'''
+"""
 
 
-def test_mtp_head_predicts_the_targets_next_greedy_token(cpu_build, mtp_model: Path,
-                                                          tmp_path: Path) -> None:
+def test_mtp_head_predicts_the_targets_next_greedy_token(
+    cpu_build, mtp_model: Path, tmp_path: Path
+) -> None:
     script = tmp_path / "mtp_check.py"
     script.write_text(MTP_CHECK)
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([str(cpu_build.python), str(script), str(mtp_model)], env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "PATH": "/usr/bin:/bin",
+    }
+    proc = subprocess.run(
+        [str(cpu_build.python), str(script), str(mtp_model)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(report["generated"]) == 24

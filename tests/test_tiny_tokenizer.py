@@ -93,8 +93,9 @@ def test_chat_template_renders_chatml_exactly(hf_tokenizer, tok_dir: Path) -> No
         {"role": "assistant", "content": "ok"},
         {"role": "user", "content": "again"},
     ]
-    rendered = hf_tokenizer.apply_chat_template(messages, tokenize=False,
-                                                add_generation_prompt=True)
+    rendered = hf_tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
     assert rendered == (
         "<|im_start|>system\nYou are terse.<|im_end|>\n"
         "<|im_start|>user\ndef f(x):\n    return x<|im_end|>\n"
@@ -102,18 +103,22 @@ def test_chat_template_renders_chatml_exactly(hf_tokenizer, tok_dir: Path) -> No
         "<|im_start|>user\nagain<|im_end|>\n"
         "<|im_start|>assistant\n"
     )
-    without = hf_tokenizer.apply_chat_template(messages[:1], tokenize=False,
-                                               add_generation_prompt=False)
+    without = hf_tokenizer.apply_chat_template(
+        messages[:1], tokenize=False, add_generation_prompt=False
+    )
     assert without == "<|im_start|>system\nYou are terse.<|im_end|>\n"
 
 
-@pytest.mark.parametrize("text", [
-    "import os\nprint(os.getcwd())\n",
-    "  leading and trailing spaces  \n\n\t tabs",
-    "héllo wörld — ünïcode ✓ 日本語 🙂",
-    "<|im_start|>user\nhi<|im_end|>\n",
-    "",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "import os\nprint(os.getcwd())\n",
+        "  leading and trailing spaces  \n\n\t tabs",
+        "héllo wörld — ünïcode ✓ 日本語 🙂",
+        "<|im_start|>user\nhi<|im_end|>\n",
+        "",
+    ],
+)
 def test_round_trip_encode_decode(hf_tokenizer, text: str) -> None:
     ids = hf_tokenizer.encode(text, add_special_tokens=False)
     assert hf_tokenizer.decode(ids) == text
@@ -146,8 +151,9 @@ def _resolve_in_child(cache: str, queue) -> None:
 def test_concurrent_resolves_share_one_build(tmp_path: Path) -> None:
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    children = [context.Process(target=_resolve_in_child, args=(str(tmp_path), queue))
-                for _ in range(2)]
+    children = [
+        context.Process(target=_resolve_in_child, args=(str(tmp_path), queue)) for _ in range(2)
+    ]
     for child in children:
         child.start()
     for child in children:

@@ -20,8 +20,15 @@ from harness.errors import ConfigError
 # Options that describe the deployment; with --run the run's profile supplies them instead.
 _TOPOLOGY = ("tp", "dp", "ep", "kv_dtype", "max_seqs", "hot_rows", "spec_tokens", "host_pool_gib")
 _ADVANCED = (
-    "baseline_block_bytes", "hisparse_block_bytes", "host_block_bytes", "baseline_block_tokens",
-    "gpu_block_tokens", "host_block_tokens", "groups", "retained_pages", "other_gpu_blocks",
+    "baseline_block_bytes",
+    "hisparse_block_bytes",
+    "host_block_bytes",
+    "baseline_block_tokens",
+    "gpu_block_tokens",
+    "host_block_tokens",
+    "groups",
+    "retained_pages",
+    "other_gpu_blocks",
 )
 
 
@@ -67,7 +74,8 @@ def run_capacity(options: dict[str, Any], echo: Callable[[str], None] = print) -
         from harness.capacity.figures import capacity_figures, write_html
 
         path = write_html(
-            capacity_figures(dep, results=results), Path(options["plot"]),
+            capacity_figures(dep, results=results),
+            Path(options["plot"]),
             title=f"repro capacity: {dep.model.display_name}",
         )
         echo(f"wrote {path}")

@@ -64,8 +64,11 @@ def concurrency_figure(
     hover = "%{x:,} tokens<br>%{y:,} requests<br>min host pool / DP: %{customdata:,} GiB"
     fig.add_trace(
         go.Scatter(
-            x=xs, y=[p[2] for p in default], name=f"HiSparse ({dep.hot_rows:,} hot rows)",
-            line={"color": HISPARSE_COLOUR, "width": 2.5}, customdata=[p[3] for p in default],
+            x=xs,
+            y=[p[2] for p in default],
+            name=f"HiSparse ({dep.hot_rows:,} hot rows)",
+            line={"color": HISPARSE_COLOUR, "width": 2.5},
+            customdata=[p[3] for p in default],
             hovertemplate=hover,
         )
     )
@@ -75,15 +78,19 @@ def concurrency_figure(
         peak = max(peak, *(p[2] for p in mtp))
         fig.add_trace(
             go.Scatter(
-                x=xs, y=[p[2] for p in mtp],
+                x=xs,
+                y=[p[2] for p in mtp],
                 name=f"HiSparse, MTP{dep.spec_tokens} ({dep.mtp_rows:,} hot rows)",
                 line={"color": MTP_COLOUR, "width": 2, "dash": "dash"},
-                customdata=[p[3] for p in mtp], hovertemplate=hover,
+                customdata=[p[3] for p in mtp],
+                hovertemplate=hover,
             )
         )
     fig.add_trace(
         go.Scatter(
-            x=xs, y=[p[1] for p in default], name="Non-HiSparse (GPU-resident KV)",
+            x=xs,
+            y=[p[1] for p in default],
+            name="Non-HiSparse (GPU-resident KV)",
             line={"color": BASELINE_COLOUR, "width": 2.5},
             hovertemplate="%{x:,} tokens<br>%{y:,} requests",
         )
@@ -91,13 +98,22 @@ def concurrency_figure(
     only = [p[0] for p in default if p[1] == 0 and p[2] > 0]
     if only:
         fig.add_vrect(
-            x0=only[0], x1=only[-1], fillcolor=HISPARSE_COLOUR, opacity=0.1, line_width=0,
+            x0=only[0],
+            x1=only[-1],
+            fillcolor=HISPARSE_COLOUR,
+            opacity=0.1,
+            line_width=0,
         )
         # Annotations on a log axis take log10 coordinates (vrect's own annotation misplaces).
         centre = (math.log10(only[0]) + math.log10(only[-1])) / 2
         fig.add_annotation(
-            x=centre, y=1, yref="paper", yanchor="bottom", showarrow=False,
-            text="HiSparse only", font={"color": HISPARSE_COLOUR},
+            x=centre,
+            y=1,
+            yref="paper",
+            yanchor="bottom",
+            showarrow=False,
+            text="HiSparse only",
+            font={"color": HISPARSE_COLOUR},
         )
     for seq in selected:
         fig.add_vline(x=seq, line={"color": BASELINE_COLOUR, "dash": "dot", "width": 1})
@@ -105,9 +121,13 @@ def concurrency_figure(
         peak = max(peak, *(m[1] for m in measured))
         fig.add_trace(
             go.Scatter(
-                x=[m[0] for m in measured], y=[m[1] for m in measured], mode="markers+text",
-                text=[m[2] for m in measured], textposition="top center",
-                name="Measured occupancy", marker={"color": MEASURED_COLOUR, "size": 9},
+                x=[m[0] for m in measured],
+                y=[m[1] for m in measured],
+                mode="markers+text",
+                text=[m[2] for m in measured],
+                textposition="top center",
+                name="Measured occupancy",
+                marker={"color": MEASURED_COLOUR, "size": 9},
                 hovertemplate="%{text}: %{y:.1f} running at ~%{x:,} tokens",
             )
         )
@@ -120,12 +140,15 @@ def concurrency_figure(
             f"{dep.kv_gib_per_gpu:.1f} GiB KV/GPU)"
         ),
         xaxis={
-            "title": "Sequence length (tokens)", "type": "log",
+            "title": "Sequence length (tokens)",
+            "type": "log",
             "range": [math.log10(grid[0]), math.log10(grid[-1])],
-            "tickvals": ticks, "ticktext": [_k(t) for t in ticks],
+            "tickvals": ticks,
+            "ticktext": [_k(t) for t in ticks],
         },
         yaxis={
-            "title": "Total concurrent requests", "range": [0, y_max],
+            "title": "Total concurrent requests",
+            "range": [0, y_max],
             "tickvals": [y_max * f for f in (0, 0.25, 0.5, 0.75, 1)],
         },
         legend={"orientation": "h", "y": -0.2},
@@ -147,7 +170,10 @@ def composition_figure(result: SeqResult, *, variant: Variant | None = None) -> 
         for segment, value in bar["segments"].items():
             fig.add_trace(
                 go.Bar(
-                    y=[row_label], x=[value / GIB], name=segment, orientation="h",
+                    y=[row_label],
+                    x=[value / GIB],
+                    name=segment,
+                    orientation="h",
                     marker={"color": SEGMENT_COLOURS.get(segment, "#999999")},
                     hovertemplate=f"{segment}: %{{x:,.1f}} GiB<extra>{row_label}</extra>",
                     legendgroup=segment,

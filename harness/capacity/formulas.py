@@ -64,7 +64,9 @@ class Deployment:
     max_seqs: int
     hot_rows: int
     spec_tokens: int | None
-    host_pool_gib: float | None  # None: follow the minimum non-limiting pool (the calculator default)
+    host_pool_gib: (
+        float | None
+    )  # None: follow the minimum non-limiting pool (the calculator default)
     indexer_offload_gib: float
     system_ram_gib: float
     share_host: bool
@@ -117,7 +119,9 @@ class Deployment:
         """Available KV per GPU: the override, else the estimate rounded to 0.1 GiB (toFixed(1))."""
         if self.kv_gib_override is not None:
             return self.kv_gib_override
-        estimate = max(0.0, self.gpu_budget_gib - self.weights_gib_per_gpu - self.runtime_reserve_gib)
+        estimate = max(
+            0.0, self.gpu_budget_gib - self.weights_gib_per_gpu - self.runtime_reserve_gib
+        )
         slider_max = js_to_fixed(self.hbm_gib, 2)
         return js_to_fixed(min(slider_max, estimate), 1)
 
@@ -206,7 +210,9 @@ def make_deployment(
                 f"{MAX_HOT_ROWS // arch.index_topk - 2} speculative tokens"
             )
     if rows > MAX_HOT_ROWS:
-        raise ConfigError(f"--hot-rows {rows}: vLLM's HiSparse buffer holds at most {MAX_HOT_ROWS:,}")
+        raise ConfigError(
+            f"--hot-rows {rows}: vLLM's HiSparse buffer holds at most {MAX_HOT_ROWS:,}"
+        )
     if rows < arch.index_topk:
         notes.append(
             f"hot rows {rows:,} < top-K {arch.index_topk:,}: vLLM requires at least "
@@ -214,7 +220,9 @@ def make_deployment(
         )
 
     if host_pool_gib is not None and host_pool_gib <= 0:
-        raise ConfigError(f"--host-pool-gib {host_pool_gib}: the HiSparse host pool must be > 0 GiB")
+        raise ConfigError(
+            f"--host-pool-gib {host_pool_gib}: the HiSparse host pool must be > 0 GiB"
+        )
     if indexer_offload_gib < 0:
         raise ConfigError(f"--indexer-offload-gib {indexer_offload_gib}: must be >= 0 (0 = off)")
     _positive("--system-ram-gib", system_ram_gib)
@@ -336,7 +344,9 @@ def capacity_at(dep: Deployment, seq_len: int, hot_rows: int, host_gib: float = 
     offloaded_limit = min(dep.max_seqs, offloaded_gpu_limit, host_limit)
     non_limiting = min(dep.max_seqs, offloaded_gpu_limit)
     host_bytes = (
-        non_limiting * host_per_request * dep.host_block_bytes if non_limiting > baseline_limit else 0
+        non_limiting * host_per_request * dep.host_block_bytes
+        if non_limiting > baseline_limit
+        else 0
     )
     return Limits(
         baseline_pool=baseline_pool,
@@ -411,7 +421,9 @@ def evaluate_variant(
     copies = dep.host_copies
     effective_host = min(slider, dep.system_ram_gib / copies)
     requested_indexer = dep.indexer_offload_gib
-    effective_indexer = min(requested_indexer, max(0.0, dep.system_ram_gib - effective_host * copies))
+    effective_indexer = min(
+        requested_indexer, max(0.0, dep.system_ram_gib - effective_host * copies)
+    )
     requested_host_total = slider * copies + requested_indexer
     ram_warning = None
     if requested_host_total > dep.system_ram_gib:
@@ -432,7 +444,9 @@ def evaluate_variant(
         "per_request_gib": per_request / GIB,
         "coverage_requests": coverage if requested_indexer > 0 else None,
     }
-    bar_concurrency = lim.hisparse_limit if concurrency is None else min(concurrency, lim.hisparse_limit)
+    bar_concurrency = (
+        lim.hisparse_limit if concurrency is None else min(concurrency, lim.hisparse_limit)
+    )
     composition = _composition(dep, lim, effective_host, effective_indexer, max(0, bar_concurrency))
     return Variant(
         hot_rows=hot_rows,
@@ -649,7 +663,9 @@ def parse_seq_range(text: str) -> list[int]:
     return values
 
 
-def chart_curve(dep: Deployment, hot_rows: int, seq_lens: list[int]) -> list[tuple[int, int, int, int]]:
+def chart_curve(
+    dep: Deployment, hot_rows: int, seq_lens: list[int]
+) -> list[tuple[int, int, int, int]]:
     """(seq, baseline total, HiSparse total, min host GiB) with a non-limiting host pool (7.6)."""
     out = []
     for seq in seq_lens:

@@ -243,7 +243,8 @@ def serve_facts(profile: dict[str, Any]) -> ServeFacts:
             if isinstance(hisparse_config, dict) and hisparse_config.get("device_buffer_size")
             else None
         ),
-        spec_tokens=int(spec["num_speculative_tokens"]) if spec.get("num_speculative_tokens")
+        spec_tokens=int(spec["num_speculative_tokens"])
+        if spec.get("num_speculative_tokens")
         else None,
         offload_gib=offload_gib,
     )
@@ -300,8 +301,9 @@ def _manifest_contexts(manifest: Any, points: list[PointRecord]) -> dict[str, li
     out: dict[str, list[list[float]]] = {}
     for point in points:
         indices = point.conversations or sorted(table)
-        rows = [table[i % len(table)][: point.turns or None] for i in indices
-                if i % len(table) in table]
+        rows = [
+            table[i % len(table)][: point.turns or None] for i in indices if i % len(table) in table
+        ]
         if rows:
             out[point.point_id] = rows
     return out
@@ -399,7 +401,9 @@ def run_workload(run: Run) -> tuple[Workload, dict[str, list[list[float]]]]:
 
     numbers = _recipe_numbers(run)
     missing = [
-        k for k in ("first_turn_length", "subsequent_turn_length", "num_turns") if numbers.get(k) is None
+        k
+        for k in ("first_turn_length", "subsequent_turn_length", "num_turns")
+        if numbers.get(k) is None
     ]
     if missing:
         raise ConfigError(
@@ -506,14 +510,14 @@ def compare_run(
     if isinstance(profile_gpus, int) and profile_gpus > 0 and profile_gpus != dep.gpus:
         notes.append(f"profile says gpus: {profile_gpus}, but DP x TP = {dep.gpus}")
     if facts.hisparse and facts.host_pool_gib is None:
-        notes.append("HiSparse host_pool_gib not found in the profile; assuming a non-limiting pool")
+        notes.append(
+            "HiSparse host_pool_gib not found in the profile; assuming a non-limiting pool"
+        )
     workload, per_point = run_workload(loaded)
     seq_mean = math.ceil(workload.mean_context) + workload.max_tokens
     seq_max = math.ceil(workload.max_context) + workload.max_tokens
     if facts.max_model_len and seq_max > facts.max_model_len:
-        notes.append(
-            f"longest sequence {seq_max:,} exceeds max-model-len {facts.max_model_len:,}"
-        )
+        notes.append(f"longest sequence {seq_max:,} exceeds max-model-len {facts.max_model_len:,}")
     cache: dict[int, SeqResult] = {}
 
     def at(seq: int) -> SeqResult:

@@ -131,7 +131,9 @@ def _check_sources(path: Path, raw: dict[str, Any]) -> None:
         parts = number.split(".")
         covered = any(".".join(parts[:i]) in sources for i in range(1, len(parts) + 1))
         if not covered:
-            raise ConfigError(f"{path}: key {number!r} has no entry in 'sources' (state its origin)")
+            raise ConfigError(
+                f"{path}: key {number!r} has no entry in 'sources' (state its origin)"
+            )
 
 
 def _check_decomposition(path: Path, spec: ModelFile) -> None:

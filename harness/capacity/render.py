@@ -45,14 +45,20 @@ def describe_deployment(dep: Deployment) -> list[str]:
         else "follows the minimum (clamped to 16..4096 GiB)"
     )
     lines = [
-        (f"{spec.display_name} on {dep.gpus}x {gpu}: TP{dep.tp} DP{dep.dp}, "
-        f"EP {'on' if dep.ep else 'off'}, {dep.kv_dtype} KV"),
-        (f"weights {dep.weights_gib_per_gpu:.2f} GiB/GPU; available KV {dep.kv_gib_per_gpu:.1f} "
-        f"GiB/GPU ({kv_how}); max sequences/DP {dep.max_seqs:,}"),
-        (f"blocks: baseline {dep.baseline_block_bytes:,} B / {dep.baseline_block_tokens} tok, "
-        f"HiSparse GPU {dep.hisparse_block_bytes:,} B / {dep.gpu_block_tokens} tok, host "
-        f"{dep.host_block_bytes:,} B / {dep.host_block_tokens} tok; groups {dep.hot_groups}, "
-        f"retained {dep.retained_pages}/group, other {dep.other_gpu_blocks}/request"),
+        (
+            f"{spec.display_name} on {dep.gpus}x {gpu}: TP{dep.tp} DP{dep.dp}, "
+            f"EP {'on' if dep.ep else 'off'}, {dep.kv_dtype} KV"
+        ),
+        (
+            f"weights {dep.weights_gib_per_gpu:.2f} GiB/GPU; available KV {dep.kv_gib_per_gpu:.1f} "
+            f"GiB/GPU ({kv_how}); max sequences/DP {dep.max_seqs:,}"
+        ),
+        (
+            f"blocks: baseline {dep.baseline_block_bytes:,} B / {dep.baseline_block_tokens} tok, "
+            f"HiSparse GPU {dep.hisparse_block_bytes:,} B / {dep.gpu_block_tokens} tok, host "
+            f"{dep.host_block_bytes:,} B / {dep.host_block_tokens} tok; groups {dep.hot_groups}, "
+            f"retained {dep.retained_pages}/group, other {dep.other_gpu_blocks}/request"
+        ),
         f"hot rows {dep.hot_rows:,} (calculator figure)"
         + (
             f"; MTP{dep.spec_tokens} figure: ({dep.spec_tokens} + 2) x "
@@ -60,9 +66,11 @@ def describe_deployment(dep: Deployment) -> list[str]:
             if dep.mtp_rows is not None
             else ""
         ),
-        (f"host pool/DP {host}; system RAM {dep.system_ram_gib:,.0f} GiB; indexer offload "
-        f"{dep.indexer_offload_gib:,.0f} GiB; host cache "
-        f"{'shared across TP' if dep.share_host else 'per TP rank'}"),
+        (
+            f"host pool/DP {host}; system RAM {dep.system_ram_gib:,.0f} GiB; indexer offload "
+            f"{dep.indexer_offload_gib:,.0f} GiB; host cache "
+            f"{'shared across TP' if dep.share_host else 'per TP rank'}"
+        ),
     ]
     return lines
 
@@ -99,13 +107,15 @@ def render_variant_detail(r: SeqResult, v: Variant, label: str) -> list[str]:
     gpu, cpu = comp["gpu"], comp["cpu"]
     host_limit = "unbounded" if math.isinf(lim.host_limit) else f"{int(lim.host_limit):,}"
     lines = [
-        (f"{r.seq_len:,} tokens, {label} ({v.hot_rows:,} hot rows): per DP rank baseline "
-        f"{lim.baseline_limit:,} (pool {lim.baseline_pool:,} blocks / {lim.baseline_per_request:,} "
-        f"per request), HiSparse GPU {lim.hisparse_gpu_limit:,} (pool {lim.gpu_pool:,} pages / "
-        f"{lim.hisparse_gpu_per_request:,} = indexer {lim.indexer_per_request:,} + hot "
-        f"{lim.hot_per_request:,} + retained {lim.resident_per_request:,} + other "
-        f"{dep.other_gpu_blocks}), host {host_limit} (pool {v.effective_host_pool_gib:,.2f} GiB), "
-        f"final {lim.hisparse_limit:,}"),
+        (
+            f"{r.seq_len:,} tokens, {label} ({v.hot_rows:,} hot rows): per DP rank baseline "
+            f"{lim.baseline_limit:,} (pool {lim.baseline_pool:,} blocks / {lim.baseline_per_request:,} "
+            f"per request), HiSparse GPU {lim.hisparse_gpu_limit:,} (pool {lim.gpu_pool:,} pages / "
+            f"{lim.hisparse_gpu_per_request:,} = indexer {lim.indexer_per_request:,} + hot "
+            f"{lim.hot_per_request:,} + retained {lim.resident_per_request:,} + other "
+            f"{dep.other_gpu_blocks}), host {host_limit} (pool {v.effective_host_pool_gib:,.2f} GiB), "
+            f"final {lim.hisparse_limit:,}"
+        ),
         f"  GPU HBM per DP group at {comp['concurrency_per_dp']:,} requests "
         f"({_gib(gpu['total_bytes'])} GiB): "
         + ", ".join(f"{k} {_gib(b)}" for k, b in gpu["segments"].items())

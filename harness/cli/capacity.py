@@ -22,66 +22,142 @@ def register(group: click.Group) -> None:
         "  repro capacity --run results/<run-id>\n\n"
         "JSON (--json): a list with one object per sequence length holding seq_len, "
         "baseline_requests and hisparse_requests (totals over DP), multiplier (a number, the "
-        "string \"inf\" when only HiSparse serves the length, or null when neither does), "
+        'string "inf" when only HiSparse serves the length, or null when neither does), '
         "min_host_pool_gib (per DP rank, whole GiB), kv_gib_per_gpu, weights_gib_per_gpu, the "
-        "per-DP limits, memory composition, and \"mtp\" (null without --spec-tokens). With "
+        'per-DP limits, memory composition, and "mtp" (null without --spec-tokens). With '
         "--run, one object with the deployment, workload, capacity rows and per-point comparison."
     ),
 )
-@click.option("--model", "model", default=None, metavar="NAME|FILE",
-              help="Capacity model: launch/models/NAME.yaml or a YAML path [default: glm-5.3; "
-                   "with --run, the run's model].")
-@click.option("--gpu", type=click.Choice(["h200", "b200", "b300"], case_sensitive=False),
-              default=None, help="GPU preset (141 / 180 / 288 GB) [default: h200].")
+@click.option(
+    "--model",
+    "model",
+    default=None,
+    metavar="NAME|FILE",
+    help="Capacity model: launch/models/NAME.yaml or a YAML path [default: glm-5.3; "
+    "with --run, the run's model].",
+)
+@click.option(
+    "--gpu",
+    type=click.Choice(["h200", "b200", "b300"], case_sensitive=False),
+    default=None,
+    help="GPU preset (141 / 180 / 288 GB) [default: h200].",
+)
 @click.option("--hbm-gib", type=float, default=None, help="GPU memory in GiB instead of --gpu.")
 @click.option("--tp", type=int, default=None, help="Tensor parallel size [default: 8].")
 @click.option("--dp", type=int, default=None, help="Data parallel size [default: 1].")
-@click.option("--ep/--no-ep", default=None,
-              help="Shard routed experts across DP x TP (expert parallelism) [default: on].")
-@click.option("--kv-dtype", type=click.Choice(["fp8", "bf16"]), default=None,
-              help="KV-cache dtype; swaps all three block sizes [default: fp8].")
-@click.option("--seq-len", "seq_lens", type=int, multiple=True,
-              help="Sequence length in tokens (repeatable) [default: 81920].")
-@click.option("--seq-range", default=None, metavar="START:STOP:STEP",
-              help="Sequence lengths START..STOP (inclusive) every STEP tokens.")
-@click.option("--hot-rows", type=int, default=None,
-              help="Hot-buffer rows of the calculator figure [default: 2 x top-K = 4096].")
-@click.option("--spec-tokens", type=int, default=None,
-              help="Speculative (MTP) tokens: adds a figure with hot rows = (K + 2) x top-K "
-                   "(vLLM's device_buffer_size default; the calculator has no MTP input).")
-@click.option("--host-pool-gib", type=float, default=None,
-              help="HiSparse host pool per DP rank [default: the minimum non-limiting pool, "
-                   "clamped to 16..4096, as the calculator].")
-@click.option("--indexer-offload-gib", type=float, default=None,
-              help="Native indexer offload pool, total GiB (0 = off) [default: 128].")
-@click.option("--system-ram-gib", type=float, default=None,
-              help="System RAM budget for host pools [default: 4096].")
-@click.option("--share-host/--no-share-host", default=True, show_default=True,
-              help="One host pool per DP rank shared by its TP ranks (else one per rank).")
-@click.option("--max-seqs", type=int, default=None,
-              help="Max sequences per DP rank [default: 1024, the calculator's].")
-@click.option("--kv-gib-per-gpu", type=float, default=None,
-              help="Available KV HBM per GPU, overriding the estimate (e.g. vLLM's log value).")
-@click.option("--baseline-block-bytes", type=int, default=None, help="Advanced: baseline block bytes.")
-@click.option("--hisparse-block-bytes", type=int, default=None,
-              help="Advanced: HiSparse GPU page bytes.")
+@click.option(
+    "--ep/--no-ep",
+    default=None,
+    help="Shard routed experts across DP x TP (expert parallelism) [default: on].",
+)
+@click.option(
+    "--kv-dtype",
+    type=click.Choice(["fp8", "bf16"]),
+    default=None,
+    help="KV-cache dtype; swaps all three block sizes [default: fp8].",
+)
+@click.option(
+    "--seq-len",
+    "seq_lens",
+    type=int,
+    multiple=True,
+    help="Sequence length in tokens (repeatable) [default: 81920].",
+)
+@click.option(
+    "--seq-range",
+    default=None,
+    metavar="START:STOP:STEP",
+    help="Sequence lengths START..STOP (inclusive) every STEP tokens.",
+)
+@click.option(
+    "--hot-rows",
+    type=int,
+    default=None,
+    help="Hot-buffer rows of the calculator figure [default: 2 x top-K = 4096].",
+)
+@click.option(
+    "--spec-tokens",
+    type=int,
+    default=None,
+    help="Speculative (MTP) tokens: adds a figure with hot rows = (K + 2) x top-K "
+    "(vLLM's device_buffer_size default; the calculator has no MTP input).",
+)
+@click.option(
+    "--host-pool-gib",
+    type=float,
+    default=None,
+    help="HiSparse host pool per DP rank [default: the minimum non-limiting pool, "
+    "clamped to 16..4096, as the calculator].",
+)
+@click.option(
+    "--indexer-offload-gib",
+    type=float,
+    default=None,
+    help="Native indexer offload pool, total GiB (0 = off) [default: 128].",
+)
+@click.option(
+    "--system-ram-gib",
+    type=float,
+    default=None,
+    help="System RAM budget for host pools [default: 4096].",
+)
+@click.option(
+    "--share-host/--no-share-host",
+    default=True,
+    show_default=True,
+    help="One host pool per DP rank shared by its TP ranks (else one per rank).",
+)
+@click.option(
+    "--max-seqs",
+    type=int,
+    default=None,
+    help="Max sequences per DP rank [default: 1024, the calculator's].",
+)
+@click.option(
+    "--kv-gib-per-gpu",
+    type=float,
+    default=None,
+    help="Available KV HBM per GPU, overriding the estimate (e.g. vLLM's log value).",
+)
+@click.option(
+    "--baseline-block-bytes", type=int, default=None, help="Advanced: baseline block bytes."
+)
+@click.option(
+    "--hisparse-block-bytes", type=int, default=None, help="Advanced: HiSparse GPU page bytes."
+)
 @click.option("--host-block-bytes", type=int, default=None, help="Advanced: host block bytes.")
-@click.option("--baseline-block-tokens", type=int, default=None,
-              help="Advanced: baseline block tokens.")
+@click.option(
+    "--baseline-block-tokens", type=int, default=None, help="Advanced: baseline block tokens."
+)
 @click.option("--gpu-block-tokens", type=int, default=None, help="Advanced: GPU block tokens.")
 @click.option("--host-block-tokens", type=int, default=None, help="Advanced: host block tokens.")
 @click.option("--groups", type=int, default=None, help="Advanced: hot/resident groups.")
-@click.option("--retained-pages", type=int, default=None,
-              help="Advanced: retained pages per group.")
-@click.option("--other-gpu-blocks", type=int, default=None,
-              help="Advanced: other GPU blocks per request.")
-@click.option("--bar-concurrency", type=int, default=None,
-              help="Requests per DP group for the memory bars [default: the HiSparse limit].")
+@click.option(
+    "--retained-pages", type=int, default=None, help="Advanced: retained pages per group."
+)
+@click.option(
+    "--other-gpu-blocks", type=int, default=None, help="Advanced: other GPU blocks per request."
+)
+@click.option(
+    "--bar-concurrency",
+    type=int,
+    default=None,
+    help="Requests per DP group for the memory bars [default: the HiSparse limit].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the charts to a standalone offline HTML file.")
-@click.option("--run", "run_dir", type=click.Path(path_type=Path), default=None,
-              help="Predicted vs measured: read a run directory's profile and workload.")
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the charts to a standalone offline HTML file.",
+)
+@click.option(
+    "--run",
+    "run_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Predicted vs measured: read a run directory's profile and workload.",
+)
 def capacity(**options: object) -> None:
     """HiSparse concurrency calculator: requests that fit with and without HiSparse.
 

@@ -17,9 +17,13 @@ def register(group: click.Group) -> None:
 
 
 set_option = click.option(
-    "--set", "overrides", multiple=True, metavar="KEY=VALUE",
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
     help="Override a profile value, e.g. serve.max-num-seqs=64 or sweep.max_tokens=32 "
-         "(VALUE is YAML; serve.KEY=null removes the key). Repeatable.")
+    "(VALUE is YAML; serve.KEY=null removes the key). Repeatable.",
+)
 
 
 @click.group("builds")
@@ -72,8 +76,12 @@ def profiles_list() -> None:
 
 @profiles_group.command("show")
 @click.argument("name")
-@click.option("--command", "command_only", is_flag=True,
-              help="Print only the exact `vllm serve ...` command line.")
+@click.option(
+    "--command",
+    "command_only",
+    is_flag=True,
+    help="Print only the exact `vllm serve ...` command line.",
+)
 @set_option
 def profiles_show(name: str, command_only: bool, overrides: tuple[str, ...]) -> None:
     """Show profile NAME resolved (extends merged, overrides applied) and its command."""
@@ -94,12 +102,17 @@ def profiles_show(name: str, command_only: bool, overrides: tuple[str, ...]) -> 
 @click.command("launch")
 @click.option("--profile", "profile_name", required=True, help="Profile name or YAML path.")
 @click.option("--port", type=int, default=None, help="Port (default: the profile's).")
-@click.option("--log-dir", type=click.Path(file_okay=False), default=None,
-              help="Where the server log and launch record go (default: a new folder under "
-                   "$REPRO_CACHE/launches).")
+@click.option(
+    "--log-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where the server log and launch record go (default: a new folder under "
+    "$REPRO_CACHE/launches).",
+)
 @set_option
-def launch_cmd(profile_name: str, port: int | None, log_dir: str | None,
-               overrides: tuple[str, ...]) -> None:
+def launch_cmd(
+    profile_name: str, port: int | None, log_dir: str | None, overrides: tuple[str, ...]
+) -> None:
     """Start the profile's vLLM server, print `ready <base-url>`, serve until Ctrl-C/SIGTERM.
 
     The server runs in its own process group, logs to a file, and is torn down (SIGINT, then
@@ -109,5 +122,10 @@ def launch_cmd(profile_name: str, port: int | None, log_dir: str | None,
 
     from harness.server import serve_until_signalled
 
-    serve_until_signalled(profile_name, port=port, overrides=overrides,
-                          log_dir=Path(log_dir) if log_dir else None, echo=click.echo)
+    serve_until_signalled(
+        profile_name,
+        port=port,
+        overrides=overrides,
+        log_dir=Path(log_dir) if log_dir else None,
+        echo=click.echo,
+    )

@@ -30,22 +30,48 @@ def _write_markdown(path: Path | None, text: str) -> None:
 @click.command("regress")
 @click.option("--candidate", required=True, type=_RUN, help="Run directory to judge.")
 @click.option("--baseline", type=_RUN, help="Baseline run directory (instead of the history).")
-@click.option("--history", "history_key", metavar="KEY",
-              help="Baseline = median of the last N accepted runs with this history key "
-                   "(`auto`, the default without --baseline: the candidate's own key).")
-@click.option("--policy", type=click.Path(path_type=Path),
-              help="Policy file (default: launch/policies/cpu.yaml for CPU profiles, "
-                   "default.yaml for GPU arms).")
-@click.option("--db", "history_path", type=click.Path(path_type=Path), envvar="REPRO_HISTORY",
-              help="History database (default results/history.sqlite; env REPRO_HISTORY).")
+@click.option(
+    "--history",
+    "history_key",
+    metavar="KEY",
+    help="Baseline = median of the last N accepted runs with this history key "
+    "(`auto`, the default without --baseline: the candidate's own key).",
+)
+@click.option(
+    "--policy",
+    type=click.Path(path_type=Path),
+    help="Policy file (default: launch/policies/cpu.yaml for CPU profiles, "
+    "default.yaml for GPU arms).",
+)
+@click.option(
+    "--db",
+    "history_path",
+    type=click.Path(path_type=Path),
+    envvar="REPRO_HISTORY",
+    help="History database (default results/history.sqlite; env REPRO_HISTORY).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
-@click.option("--markdown", type=click.Path(path_type=Path),
-              help="Also write the verdict as markdown (PR comment / job summary).")
-@click.option("--all-rows/--flagged-only", default=True, show_default=True,
-              help="Terminal table: every row, or only rows that are not ok.")
-def regress_cmd(candidate: Path, baseline: Path | None,
-                history_key: str | None, policy: Path | None, history_path: Path | None,
-                as_json: bool, markdown: Path | None, all_rows: bool) -> None:
+@click.option(
+    "--markdown",
+    type=click.Path(path_type=Path),
+    help="Also write the verdict as markdown (PR comment / job summary).",
+)
+@click.option(
+    "--all-rows/--flagged-only",
+    default=True,
+    show_default=True,
+    help="Terminal table: every row, or only rows that are not ok.",
+)
+def regress_cmd(
+    candidate: Path,
+    baseline: Path | None,
+    history_key: str | None,
+    policy: Path | None,
+    history_path: Path | None,
+    as_json: bool,
+    markdown: Path | None,
+    all_rows: bool,
+) -> None:
     """Judge CANDIDATE per point and metric: ok / improvement / suspicious / regression.
 
     Exit code 1 when anything is a regression, 0 otherwise, 2 when the inputs are invalid or
@@ -54,8 +80,13 @@ def regress_cmd(candidate: Path, baseline: Path | None,
     """
     from harness.regress import regress, render_json, render_markdown, render_table
 
-    verdict = regress(candidate, baseline_dir=baseline, history_key=history_key,
-                      policy_path=policy, history_path=history_path)
+    verdict = regress(
+        candidate,
+        baseline_dir=baseline,
+        history_key=history_key,
+        policy_path=policy,
+        history_path=history_path,
+    )
     click.echo(render_json(verdict) if as_json else render_table(verdict, all_rows=all_rows))
     _write_markdown(markdown, render_markdown(verdict))
     _exit(verdict.exit_code)
@@ -78,15 +109,29 @@ def _parse_arm(values: tuple[str, ...]) -> dict[str, Path]:
 
 @claims_group.command("check")
 @click.argument("runs", nargs=-1, type=_RUN)
-@click.option("--claims", "claims_path", type=click.Path(path_type=Path),
-              help="Claims file (default: launch/claims/cpu-tiny.yaml for CPU runs, "
-                   "glm53-blog.yaml for GPU runs).")
-@click.option("--arm", "arms", multiple=True, metavar="ARM=RUN",
-              help="Map an arm to a run explicitly (repeatable); otherwise by profile name.")
+@click.option(
+    "--claims",
+    "claims_path",
+    type=click.Path(path_type=Path),
+    help="Claims file (default: launch/claims/cpu-tiny.yaml for CPU runs, "
+    "glm53-blog.yaml for GPU runs).",
+)
+@click.option(
+    "--arm",
+    "arms",
+    multiple=True,
+    metavar="ARM=RUN",
+    help="Map an arm to a run explicitly (repeatable); otherwise by profile name.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 @click.option("--markdown", type=click.Path(path_type=Path), help="Also write a markdown table.")
-def claims_check(runs: tuple[Path, ...], claims_path: Path | None,
-                 arms: tuple[str, ...], as_json: bool, markdown: Path | None) -> None:
+def claims_check(
+    runs: tuple[Path, ...],
+    claims_path: Path | None,
+    arms: tuple[str, ...],
+    as_json: bool,
+    markdown: Path | None,
+) -> None:
     """Say which claims hold for RUNS. Exit 1 if any fails, 2 if none applies."""
     from harness.claims import claims_exit_code, claims_to_dict, render_claims, run_claims
 
@@ -99,8 +144,13 @@ def claims_check(runs: tuple[Path, ...], claims_path: Path | None,
     _exit(claims_exit_code(results))
 
 
-_DB = click.option("--db", "history_path", type=click.Path(path_type=Path), envvar="REPRO_HISTORY",
-                   help="History database (default results/history.sqlite; env REPRO_HISTORY).")
+_DB = click.option(
+    "--db",
+    "history_path",
+    type=click.Path(path_type=Path),
+    envvar="REPRO_HISTORY",
+    help="History database (default results/history.sqlite; env REPRO_HISTORY).",
+)
 
 
 @click.group("history")
@@ -117,24 +167,42 @@ def _when(epoch: float) -> str:
 @click.option("--state", type=click.Choice(["accepted", "rejected"]), help="Only this state.")
 @click.option("--json", "as_json", is_flag=True)
 @_DB
-def history_list(key: str | None, state: str | None, as_json: bool,
-                 history_path: Path | None) -> None:
+def history_list(
+    key: str | None, state: str | None, as_json: bool, history_path: Path | None
+) -> None:
     """List recorded runs with their current state (latest event)."""
     from harness.history import History
 
     entries = History.open(history_path).entries(key=key, state=state)
     if as_json:
-        click.echo(json.dumps([
-            {"ref": e.ref, "run_id": e.run_id, "run_dir": e.run_dir, "key": e.key,
-             "build": e.build, "build_commit": e.build_commit, "created_at": e.created_at,
-             "state": e.state, "reason": e.reason} for e in entries], indent=2))
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "ref": e.ref,
+                        "run_id": e.run_id,
+                        "run_dir": e.run_dir,
+                        "key": e.key,
+                        "build": e.build,
+                        "build_commit": e.build_commit,
+                        "created_at": e.created_at,
+                        "state": e.state,
+                        "reason": e.reason,
+                    }
+                    for e in entries
+                ],
+                indent=2,
+            )
+        )
         return
     if not entries:
         click.echo("history is empty" + (f" for key {key}" if key else ""))
         return
     for e in entries:
-        click.echo(f"#{e.ref:<4} {_when(e.created_at)}  {e.state:8}  {e.run_id}  [{e.key}]  "
-                   f"build {e.build or '-'}  ({e.reason})")
+        click.echo(
+            f"#{e.ref:<4} {_when(e.created_at)}  {e.state:8}  {e.run_id}  [{e.key}]  "
+            f"build {e.build or '-'}  ({e.reason})"
+        )
 
 
 @history_group.command("show")
@@ -146,11 +214,14 @@ def history_show(ref: str, history_path: Path | None) -> None:
 
     history = History.open(history_path)
     e = history.entry(ref.lstrip("#"))
-    click.echo(f"#{e.ref} {e.run_id}\n  dir: {e.run_dir}\n  key: {e.key}\n  profile: {e.profile}"
-               f"\n  build: {e.build} {e.build_commit or ''}\n  created: {_when(e.created_at)}"
-               f"\n  state: {e.state} ({e.reason})\n  points: "
-               + ", ".join(f"{p['label']}r{p['repeat']}{'' if p['valid'] else ' (invalid)'}"
-                           for p in e.points))
+    click.echo(
+        f"#{e.ref} {e.run_id}\n  dir: {e.run_dir}\n  key: {e.key}\n  profile: {e.profile}"
+        f"\n  build: {e.build} {e.build_commit or ''}\n  created: {_when(e.created_at)}"
+        f"\n  state: {e.state} ({e.reason})\n  points: "
+        + ", ".join(
+            f"{p['label']}r{p['repeat']}{'' if p['valid'] else ' (invalid)'}" for p in e.points
+        )
+    )
     for ev in history.events(str(e.ref)):
         click.echo(f"  {_when(ev['at'])}  {ev['state']:8}  by {ev['actor']}: {ev['reason']}")
 
@@ -188,35 +259,70 @@ def history_reject(ref: str, reason: str, history_path: Path | None) -> None:
 
 @click.command("nightly")
 @click.option("--profiles", required=True, metavar="A,B,...", help="Arms (profile names).")
-@click.option("--build", required=True,
-              help="Build for every arm, e.g. nightly@latest (resolved to a commit first) or "
-                   "cpu-0.32.0.")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Profile override for every arm (repeatable), as in `repro sweep --set`; "
-                   "part of the candidate, like the build: judged against the plain profile's "
-                   "history (e.g. a deliberately degraded server).")
-@click.option("--claims", "claims_path", type=click.Path(path_type=Path),
-              help="Claims file (default: launch/claims/cpu-tiny.yaml for CPU arms, "
-                   "glm53-blog.yaml for GPU arms).")
-@click.option("--policy", type=click.Path(path_type=Path),
-              help="Policy file (default: launch/policies/cpu.yaml or default.yaml per arm).")
+@click.option(
+    "--build",
+    required=True,
+    help="Build for every arm, e.g. nightly@latest (resolved to a commit first) or cpu-0.32.0.",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Profile override for every arm (repeatable), as in `repro sweep --set`; "
+    "part of the candidate, like the build: judged against the plain profile's "
+    "history (e.g. a deliberately degraded server).",
+)
+@click.option(
+    "--claims",
+    "claims_path",
+    type=click.Path(path_type=Path),
+    help="Claims file (default: launch/claims/cpu-tiny.yaml for CPU arms, "
+    "glm53-blog.yaml for GPU arms).",
+)
+@click.option(
+    "--policy",
+    type=click.Path(path_type=Path),
+    help="Policy file (default: launch/policies/cpu.yaml or default.yaml per arm).",
+)
 @click.option("--out", type=click.Path(path_type=Path), help="Parent of the run directories.")
-@click.option("--summary", "summary_path", type=click.Path(path_type=Path),
-              help="Markdown summary path (default OUT/nightly-STAMP.md; also appended to "
-                   "$GITHUB_STEP_SUMMARY).")
+@click.option(
+    "--summary",
+    "summary_path",
+    type=click.Path(path_type=Path),
+    help="Markdown summary path (default OUT/nightly-STAMP.md; also appended to "
+    "$GITHUB_STEP_SUMMARY).",
+)
 @click.option("--no-dashboard", is_flag=True, help="Skip the HTML dashboard.")
 @_DB
-def nightly_cmd(profiles: str, build: str, overrides: tuple[str, ...],
-                claims_path: Path | None, policy: Path | None, out: Path | None,
-                summary_path: Path | None, no_dashboard: bool, history_path: Path | None) -> None:
+def nightly_cmd(
+    profiles: str,
+    build: str,
+    overrides: tuple[str, ...],
+    claims_path: Path | None,
+    policy: Path | None,
+    out: Path | None,
+    summary_path: Path | None,
+    no_dashboard: bool,
+    history_path: Path | None,
+) -> None:
     """Build -> sweep each arm -> verdict vs history (suspicious points rerun once) -> claims
     -> dashboard + summary -> history. Exit 2 on errors, 1 on a regression or failed claim."""
     from harness.nightly import run_nightly
 
     names = [p.strip() for p in profiles.split(",") if p.strip()]
-    result = run_nightly(names, build, overrides=overrides, claims_path=claims_path,
-                         policy_path=policy, out=out, history_path=history_path,
-                         summary_path=summary_path, dashboard=not no_dashboard, echo=click.echo)
+    result = run_nightly(
+        names,
+        build,
+        overrides=overrides,
+        claims_path=claims_path,
+        policy_path=policy,
+        out=out,
+        history_path=history_path,
+        summary_path=summary_path,
+        dashboard=not no_dashboard,
+        echo=click.echo,
+    )
     _exit(result.exit_code)
 
 

@@ -16,15 +16,22 @@ def register(group: click.Group) -> None:
 
 @click.command()
 @click.argument("runs", nargs=-1, required=True, metavar="RUN...")
-@click.option("--baseline", default=None, metavar="RUN",
-              help="Run every ratio is taken against (default: the first RUN); added if not "
-                   "among RUN.")
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Output .html file (default: dashboards/<run>[-vs-<run>].html or "
-                   "REPRO_DASHBOARDS).")
+@click.option(
+    "--baseline",
+    default=None,
+    metavar="RUN",
+    help="Run every ratio is taken against (default: the first RUN); added if not among RUN.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Output .html file (default: dashboards/<run>[-vs-<run>].html or REPRO_DASHBOARDS).",
+)
 @click.option("--title", default=None, help="Page title (default: from the runs' metadata).")
-def report(runs: tuple[str, ...], baseline: str | None, out: Path | None,
-           title: str | None) -> None:
+def report(
+    runs: tuple[str, ...], baseline: str | None, out: Path | None, title: str | None
+) -> None:
     """Write one standalone, offline HTML dashboard for one or more runs.
 
     RUN is a run directory or a run id under results/. The page holds the blog's figure (with the
@@ -49,10 +56,15 @@ def report(runs: tuple[str, ...], baseline: str | None, out: Path | None,
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a table.")
-@click.option("--tolerance", type=click.FloatRange(min=0.0), default=None,
-              help="Relative change under which two values count as the same [default: 0.02].")
-@click.option("--all", "include_empty", is_flag=True,
-              help="Also list metrics that neither run has.")
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(min=0.0),
+    default=None,
+    help="Relative change under which two values count as the same [default: 0.02].",
+)
+@click.option(
+    "--all", "include_empty", is_flag=True, help="Also list metrics that neither run has."
+)
 def compare(a: str, b: str, as_json: bool, tolerance: float | None, include_empty: bool) -> None:
     """Compare run B against run A, point by point, for every derived metric.
 
@@ -84,23 +96,40 @@ def compare(a: str, b: str, as_json: bool, tolerance: float | None, include_empt
     if as_json:
         click.echo(compare_json(run_a, run_b, rows, tol, curves), nl=False)
     else:
-        click.echo(render_table([*rows, *curves], run_a.name, run_b.name,
-                                include_empty=include_empty, tolerance=tol), nl=False)
+        click.echo(
+            render_table(
+                [*rows, *curves], run_a.name, run_b.name, include_empty=include_empty, tolerance=tol
+            ),
+            nl=False,
+        )
 
 
 @click.command()
 @click.argument("runs", nargs=-1, required=True, metavar="RUN...")
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True,
-              help="Output file; .png and .svg need kaleido and Chromium, .html needs nothing.")
-@click.option("--definition", type=click.Choice(["blog", "bench-sweep"]), default="blog",
-              show_default=True,
-              help="blog: 1000/mean TPOT vs total tok/s per GPU; bench-sweep: output tok/s per "
-                   "user vs output tok/s per GPU (vLLM bench sweep).")
-@click.option("--published/--no-published", default=True, show_default=True,
-              help="Overlay the blog's published MTP3 values (blog definition only).")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="Output file; .png and .svg need kaleido and Chromium, .html needs nothing.",
+)
+@click.option(
+    "--definition",
+    type=click.Choice(["blog", "bench-sweep"]),
+    default="blog",
+    show_default=True,
+    help="blog: 1000/mean TPOT vs total tok/s per GPU; bench-sweep: output tok/s per "
+    "user vs output tok/s per GPU (vLLM bench sweep).",
+)
+@click.option(
+    "--published/--no-published",
+    default=True,
+    show_default=True,
+    help="Overlay the blog's published MTP3 values (blog definition only).",
+)
 @click.option("--title", default=None, help="Figure title (default: from the runs' metadata).")
-def figure(runs: tuple[str, ...], out: Path, definition: str, published: bool,
-           title: str | None) -> None:
+def figure(
+    runs: tuple[str, ...], out: Path, definition: str, published: bool, title: str | None
+) -> None:
     """Write the two-panel figure (Pareto + mean running requests) for one or more runs.
 
     \b

@@ -14,37 +14,92 @@ def register(group: click.Group) -> None:
 
 
 @click.command()
-@click.option("--profile", "profile", default=None,
-              help="Profile name (launch/profiles/<name>.yaml) or a profile YAML path "
-                   "(required unless --resume, which takes the run's own).")
-@click.option("--dataset", default=None, metavar="RECIPE|FILE",
-              help="Dataset recipe name/path or a built swe_smith JSON (default: the profile's).")
-@click.option("--url", default=None,
-              help="Attach to a running OpenAI-compatible server instead of launching one.")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Parent folder of the run directory (default: results/ or REPRO_RESULTS).")
+@click.option(
+    "--profile",
+    "profile",
+    default=None,
+    help="Profile name (launch/profiles/<name>.yaml) or a profile YAML path "
+    "(required unless --resume, which takes the run's own).",
+)
+@click.option(
+    "--dataset",
+    default=None,
+    metavar="RECIPE|FILE",
+    help="Dataset recipe name/path or a built swe_smith JSON (default: the profile's).",
+)
+@click.option(
+    "--url",
+    default=None,
+    help="Attach to a running OpenAI-compatible server instead of launching one.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Parent folder of the run directory (default: results/ or REPRO_RESULTS).",
+)
 @click.option("--run-id", default=None, help="Run directory name (default: <profile>-<UTC time>).")
-@click.option("--resume", type=click.Path(path_type=Path, exists=True, file_okay=False),
-              default=None, help="Continue a partial run from its first unfinished point.")
-@click.option("--dry-run", is_flag=True,
-              help="Print the plan (points, offsets, conversations, commands); write nothing.")
-@click.option("--fail-fast", is_flag=True,
-              help="Stop at the first invalid point instead of restarting and continuing.")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override one profile field for this run: serve.KEY=VALUE or sweep.KEY=VALUE "
-                   "(VALUE is YAML; serve.KEY=null removes). Repeatable; recorded in the run.")
-@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Run each point N times (fresh conversations where the dataset allows); the "
-                   "summary adds per-point median and 95% CI.")
-@click.option("--points", "only_points", default=None, metavar="c1,c8",
-              help="Only these points (labels like c8), with the offsets of the full sweep.")
-@click.option("--port", type=click.IntRange(1, 65535), default=None,
-              help="Serve on this port instead of the profile's (launched server only).")
+@click.option(
+    "--resume",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    default=None,
+    help="Continue a partial run from its first unfinished point.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the plan (points, offsets, conversations, commands); write nothing.",
+)
+@click.option(
+    "--fail-fast",
+    is_flag=True,
+    help="Stop at the first invalid point instead of restarting and continuing.",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override one profile field for this run: serve.KEY=VALUE or sweep.KEY=VALUE "
+    "(VALUE is YAML; serve.KEY=null removes). Repeatable; recorded in the run.",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Run each point N times (fresh conversations where the dataset allows); the "
+    "summary adds per-point median and 95% CI.",
+)
+@click.option(
+    "--points",
+    "only_points",
+    default=None,
+    metavar="c1,c8",
+    help="Only these points (labels like c8), with the offsets of the full sweep.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve on this port instead of the profile's (launched server only).",
+)
 @click.option("--no-report", is_flag=True, help="Skip the HTML report and the figures at the end.")
-def sweep(profile: str | None, dataset: str | None, url: str | None, out: Path | None,
-          run_id: str | None, resume: Path | None, dry_run: bool, fail_fast: bool,
-          overrides: tuple[str, ...], repeats: int, only_points: str | None,
-          port: int | None, no_report: bool) -> None:
+def sweep(
+    profile: str | None,
+    dataset: str | None,
+    url: str | None,
+    out: Path | None,
+    run_id: str | None,
+    resume: Path | None,
+    dry_run: bool,
+    fail_fast: bool,
+    overrides: tuple[str, ...],
+    repeats: int,
+    only_points: str | None,
+    port: int | None,
+    no_report: bool,
+) -> None:
     """Run the c1..c32 sweep: launch the profile's vLLM build (or attach to --url), build or reuse
     the dataset, run one `evalscope perf` process per point while scraping /metrics, and write
     results/<run-id>/ (manifest, points/*/point.json, samples.csv, summary.json/csv).
@@ -65,12 +120,24 @@ def sweep(profile: str | None, dataset: str | None, url: str | None, out: Path |
     if url and port:
         raise click.UsageError("--port applies to a launched server; --url already names one")
     if resume is not None and (overrides or dataset or url or run_id):
-        raise click.UsageError("--resume takes its settings from the run; drop --set, "
-                               "--dataset, --url and --run-id")
-    run_sweep(profile, overrides=overrides, dataset=dataset, url=url, out=out, run_id=run_id,
-              resume=resume, dry_run=dry_run, fail_fast=fail_fast, repeats=repeats,
-              only_points=[only_points] if only_points else None, report=not no_report,
-              port=port)
+        raise click.UsageError(
+            "--resume takes its settings from the run; drop --set, --dataset, --url and --run-id"
+        )
+    run_sweep(
+        profile,
+        overrides=overrides,
+        dataset=dataset,
+        url=url,
+        out=out,
+        run_id=run_id,
+        resume=resume,
+        dry_run=dry_run,
+        fail_fast=fail_fast,
+        repeats=repeats,
+        only_points=[only_points] if only_points else None,
+        report=not no_report,
+        port=port,
+    )
 
 
 @click.group()
@@ -79,8 +146,12 @@ def runs() -> None:
 
 
 @runs.command("list")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Folder holding run directories (default: results/ or REPRO_RESULTS).")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Folder holding run directories (default: results/ or REPRO_RESULTS).",
+)
 def runs_list(out: Path | None) -> None:
     """One line per run: id, status, profile, points (valid/finished/planned), workload key."""
     from harness.sweep import list_runs

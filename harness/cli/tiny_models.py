@@ -26,20 +26,29 @@ def list_models() -> None:
 
     for name, spec in MODEL_SPECS.items():
         params = spec["params"]
-        extra = " + MTP layer (bigram: identity eh_proj, residual scale 0)" if params.get(
-            "mtp") else ""
+        extra = (
+            " + MTP layer (bigram: identity eh_proj, residual scale 0)" if params.get("mtp") else ""
+        )
         click.echo(f"{name:<15} {spec['architecture']}{extra}")
     click.echo(f"{'tokenizer':<15} byte-level BPE, vocab 2048, ChatML template (`tiny:tokenizer`)")
 
 
 @model_group.command("build")
 @click.argument("name")
-@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
-              help="Write the model into this directory instead of the cache "
-                   "(must not exist or be empty).")
-@click.option("--build", "build", default=DEFAULT_BUILD, show_default=True,
-              help="Build (launch/builds.yaml) whose python/torch makes the weights; "
-                   "installed on first use.")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write the model into this directory instead of the cache (must not exist or be empty).",
+)
+@click.option(
+    "--build",
+    "build",
+    default=DEFAULT_BUILD,
+    show_default=True,
+    help="Build (launch/builds.yaml) whose python/torch makes the weights; installed on first use.",
+)
 def build_model_command(name: str, out: Path | None, build: str) -> None:
     """Build tiny model NAME (see `repro model list`), or `tokenizer`, and print its directory.
 

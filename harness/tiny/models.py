@@ -31,8 +31,12 @@ _COMMON: dict[str, Any] = {
     "rope_theta": 10000,
     "vocab_multiple": 64,
 }
-_DENSE: dict[str, Any] = {**_COMMON, "head_dim": 64, "num_key_value_heads": 2,
-                          "intermediate_size": 512}
+_DENSE: dict[str, Any] = {
+    **_COMMON,
+    "head_dim": 64,
+    "num_key_value_heads": 2,
+    "intermediate_size": 512,
+}
 # MLA latent 512 + rope 64 = 576: the only head size vLLM's CPU_MLA backend supports.
 _MLA_MOE: dict[str, Any] = {
     **_COMMON,
@@ -107,11 +111,20 @@ def build_model(name: str, python: Path, out_dir: Path, *, tok_dir: Path | None 
         # One thread: the same float ops in the same order on every machine.
         "OMP_NUM_THREADS": "1",
     }
-    command = [str(python), str(BUILD_SCRIPT), "--spec", str(spec_path),
-               "--tokenizer", str(tok_dir), "--out", str(out_dir)]
+    command = [
+        str(python),
+        str(BUILD_SCRIPT),
+        "--spec",
+        str(spec_path),
+        "--tokenizer",
+        str(tok_dir),
+        "--out",
+        str(out_dir),
+    ]
     try:
-        result = subprocess.run(command, env=env, capture_output=True, text=True,
-                                timeout=BUILD_TIMEOUT_S, check=False)
+        result = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False
+        )
     except subprocess.TimeoutExpired as exc:
         raise BuildError(f"building tiny model {name} timed out after {BUILD_TIMEOUT_S}s") from exc
     finally:

@@ -62,8 +62,10 @@ def main() -> None:
                 entry["choices"] = sorted(str(c) for c in action.choices)
         options[names[0]] = entry
     data = {"options": options, "vllm_version": vllm.__version__}
-    print(HEADER.format(version=vllm.__version__) + yaml.safe_dump(data, sort_keys=True, width=100),
-          end="")
+    print(
+        HEADER.format(version=vllm.__version__) + yaml.safe_dump(data, sort_keys=True, width=100),
+        end="",
+    )
 
 
 if __name__ == "__main__":
