@@ -19,7 +19,6 @@ in HTML and through JSON with <, > and & escaped inside scripts.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import itertools
 import json
@@ -54,7 +53,7 @@ from harness.figures import (
 )
 from harness.paths import dashboards_dir
 from harness.results import METRICS, Run, RunLayout, load_run
-from harness.scrape import Sample
+from harness.scrape import Sample, read_samples_csv
 
 # Scraped series shown per point: (title, sample name, how to fold engines / counters).
 TIMESERIES: tuple[tuple[str, str, str], ...] = (
@@ -86,20 +85,7 @@ SCRAPED_NAMES = frozenset(
 def read_scraped(path: Path) -> list[Sample]:
     """The samples.csv rows the panels need (a GPU point holds ~400 series per scrape: reading
     only these names keeps a report of a 3-hour sweep quick)."""
-    out: list[Sample] = []
-    with open(path, encoding="utf-8", newline="") as handle:
-        for row in csv.DictReader(handle):
-            if row["name"] in SCRAPED_NAMES:
-                out.append(
-                    Sample(
-                        float(row["timestamp"]),
-                        float(row["monotonic"]),
-                        row["name"],
-                        json.loads(row["labels"]),
-                        float(row["value"]),
-                    )
-                )
-    return out
+    return read_samples_csv(path, SCRAPED_NAMES)
 
 
 def _gauge(samples: list[Sample], name: str, fold: str) -> tuple[list[float], list[float]]:

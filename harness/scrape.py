@@ -16,7 +16,7 @@ import io
 import json
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,10 +147,13 @@ def write_samples_csv(path: Path, samples: Iterable[Sample]) -> None:
     atomic_write_text(path, buffer.getvalue())
 
 
-def read_samples_csv(path: Path) -> list[Sample]:
+def read_samples_csv(path: Path, names: Collection[str] | None = None) -> list[Sample]:
+    """The samples of a samples.csv, or only those of metrics named in `names`."""
     out: list[Sample] = []
     with open(path, encoding="utf-8", newline="") as handle:
         for row in csv.DictReader(handle):
+            if names is not None and row["name"] not in names:
+                continue
             out.append(
                 Sample(
                     float(row["timestamp"]),
