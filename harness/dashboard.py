@@ -82,6 +82,18 @@ SCRAPED_NAMES = frozenset(
 )
 
 
+def _metric_row(metric: str, spec: Any, cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """One table row: the metric as METRICS describes it, and its cells."""
+    return {
+        "metric": metric,
+        "label": spec.label,
+        "unit": spec.unit,
+        "better": spec.better or "",
+        "description": spec.description,
+        "cells": cells,
+    }
+
+
 def read_scraped(path: Path) -> list[Sample]:
     """The samples.csv rows the panels need (a GPU point holds ~400 series per scrape: reading
     only these names keeps a report of a 3-hour sweep quick)."""
@@ -262,16 +274,7 @@ def point_tables(runs: Sequence[Run], baseline_index: int) -> list[dict[str, Any
                     cell["ratio"] = "–" if ratio is None else f"{ratio:.3f}×"
                     cell["verdict"] = row.get("verdict", "n/a")
                 cells.append(cell)
-            rows.append(
-                {
-                    "metric": metric,
-                    "label": spec.label,
-                    "unit": spec.unit,
-                    "better": spec.better or "",
-                    "description": spec.description,
-                    "cells": cells,
-                }
-            )
+            rows.append(_metric_row(metric, spec, cells))
         invalid = [
             (s.name, p.invalid_reasons)
             for s, p in zip(series, points, strict=True)
@@ -311,16 +314,7 @@ def curve_table(runs: Sequence[Run], baseline_index: int) -> dict[str, Any]:
                 cell["ratio"] = "–" if ratio is None else f"{ratio:.3f}×"
                 cell["verdict"] = against[i][metric]["verdict"]
             cells.append(cell)
-        rows.append(
-            {
-                "metric": metric,
-                "label": spec.label,
-                "unit": spec.unit,
-                "better": spec.better or "",
-                "description": spec.description,
-                "cells": cells,
-            }
-        )
+        rows.append(_metric_row(metric, spec, cells))
     return {
         "title": "Whole curve (valid points, repeats reduced to medians)",
         "label": "curve",
