@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -51,6 +52,16 @@ def _evalscope_replays(tmp_path: Path, monkeypatch, count: int, offset: int, num
     monkeypatch.setattr(mtb, "statistic_benchmark_metric", no_metrics)
     monkeypatch.setattr(mtb, "summary_result", lambda *_a, **_k: ({}, {}))
     monkeypatch.setattr(perf_main, "print_summary", lambda *_a, **_k: None)
+    # EvalScope leaves its event loop (with SIGINT/SIGTERM handlers) open; close it here, in the
+    # main thread, rather than let a later garbage collection in another thread trip over it.
+    loops = []
+    new_event_loop = asyncio.new_event_loop
+
+    def recorded_loop() -> asyncio.AbstractEventLoop:
+        loops.append(new_event_loop())
+        return loops[-1]
+
+    monkeypatch.setattr(asyncio, "new_event_loop", recorded_loop)
 
     dataset = _marker_dataset(tmp_path / "markers.json", count)
     args = Arguments(
@@ -66,7 +77,11 @@ def _evalscope_replays(tmp_path: Path, monkeypatch, count: int, offset: int, num
         sleep_interval=0,
         outputs_dir=str(tmp_path / "out"),
     )
-    perf_main.run_multi_benchmark(args, output_path=str(tmp_path / "out"))
+    try:
+        perf_main.run_multi_benchmark(args, output_path=str(tmp_path / "out"))
+    finally:
+        for loop in loops:
+            loop.close()
     return recorded
 
 
