@@ -112,7 +112,7 @@ def sweep(
       repro sweep --profile cpu-tiny --url http://127.0.0.1:8000 --points c1,c8
       repro sweep --resume results/cpu-tiny-20260101-000000
     """
-    from harness.sweep import run_sweep
+    from harness.run.sweep import run_sweep
 
     if profile is None and resume is None:
         raise click.UsageError("Missing option '--profile' (or --resume RUN_DIR to continue a run)")
@@ -154,7 +154,7 @@ def runs() -> None:
 )
 def runs_list(out: Path | None) -> None:
     """One line per run: id, status, profile, points (valid/finished/planned), workload key."""
-    from harness.sweep import list_runs
+    from harness.run.sweep import list_runs
 
     for line in list_runs(out):
         click.echo(line)
@@ -164,6 +164,6 @@ def runs_list(out: Path | None) -> None:
 @click.argument("run", type=click.Path(path_type=Path))
 def runs_show(run: Path) -> None:
     """The summary table of RUN (a run directory, or a run id under results/)."""
-    from harness.sweep import show_run
+    from harness.run.sweep import show_run
 
     click.echo(show_run(run))
