@@ -11,6 +11,7 @@ timeout or Ctrl-C kills it and anything it spawned.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -250,7 +251,14 @@ def parse_summary(data: dict[str, Any]) -> ClientSummary:
         )
     for key in ("total_requests", "success_requests", "failed_requests", "concurrency"):
         fields[key] = int(fields[key])
-    return ClientSummary(**fields, raw=data)
+    sentinels = []
+    for key in [k for k in fields if k not in _REQUIRED]:
+        # EvalScope writes -1 (TPOT -1000 ms, ...) or NaN where it measured nothing
+        value = fields[key]
+        if isinstance(value, int | float) and (not math.isfinite(value) or value < 0):
+            sentinels.append(f"{key}={value}")
+            fields[key] = None
+    return ClientSummary(**fields, raw=data, sentinels=sentinels)
 
 
 def read_summary(point_dir: Path) -> ClientSummary:

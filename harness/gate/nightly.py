@@ -195,7 +195,7 @@ def run_nightly(
     dashboard: bool = True,
     echo: Echo = print,
 ) -> NightlyResult:
-    from harness.run.sweep import run_sweep
+    from harness.run.sweep import SweepRequest, run_sweep
 
     if not profiles:
         raise ReproError("--profiles: give at least one profile")
@@ -217,22 +217,19 @@ def run_nightly(
             arm_sets = _arm_overrides(name, build_name, overrides)
             arm.run_dir = out_dir / f"nightly-{stamp}-{name}"
             run_sweep(
-                name,
-                overrides=arm_sets,
-                out=out_dir,
-                run_id=arm.run_dir.name,
-                report=False,
+                SweepRequest(name, overrides=arm_sets, out=out_dir, run_id=arm.run_dir.name),
                 echo=echo,
             )
 
             def rerun(labels: list[str], name: str = name, sets: list[str] = arm_sets) -> Path:
                 return run_sweep(
-                    name,
-                    overrides=sets,
-                    out=out_dir,
-                    run_id=f"nightly-{stamp}-{name}-rerun",
-                    only_points=labels,
-                    report=False,
+                    SweepRequest(
+                        name,
+                        overrides=sets,
+                        out=out_dir,
+                        run_id=f"nightly-{stamp}-{name}-rerun",
+                        only_points=labels,
+                    ),
                     echo=echo,
                 )
 

@@ -13,7 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+)
 
 from harness.errors import ConfigError
 from harness.paths import PROFILES_DIR
@@ -25,18 +34,21 @@ RESERVED_SERVE_KEYS = {"model": "model", "host": "host", "port": "port", "config
 
 
 class SweepSpec(BaseModel, extra="forbid"):
-    points: list[tuple[int, int]] = [(1, 4), (8, 16), (16, 32), (24, 48), (32, 64)]
+    # (parallel, number): both >= 1; EvalScope turns 0 into sentinels that look like metrics
+    points: list[tuple[PositiveInt, PositiveInt]] = Field(
+        default=[(1, 4), (8, 16), (16, 32), (24, 48), (32, 64)], min_length=1
+    )
     dataset: str = "openhands-glm53"
-    dataset_offset: int = 52
-    max_tokens: int = 220
+    dataset_offset: NonNegativeInt = 52
+    max_tokens: PositiveInt = 220
     ignore_eos: bool = True
     multi_turn: bool = True
-    max_turns: int | None = None
+    max_turns: PositiveInt | None = None
     extra_args: dict[str, Any] = {}
-    scrape_interval_s: float = 30.0
-    point_timeout_s: float = 10800.0
-    sleep_between_points_s: float = 5.0
-    warmup_requests: int = 2
+    scrape_interval_s: PositiveFloat = 30.0
+    point_timeout_s: PositiveFloat = 10800.0
+    sleep_between_points_s: NonNegativeFloat = 5.0
+    warmup_requests: NonNegativeInt = 2
 
 
 class Profile(BaseModel, extra="forbid"):

@@ -12,8 +12,9 @@ from PIL import Image
 from support.browser import CHROMIUM, _figures, _problems, open_in_chromium
 
 from harness.cli import cli
+from harness.cli.sweep import write_run_report
 from harness.results import load_run
-from harness.run.sweep import run_sweep
+from harness.run.sweep import SweepRequest, run_sweep
 
 pytestmark = pytest.mark.e2e
 
@@ -26,16 +27,18 @@ def test_report_compare_and_figure_on_real_sweeps(
     said: list[str] = []
     runs = []
     for run_id, max_tokens in (("base", 24), ("short", 16)):  # small: 2 shared CPU cores
-        runs.append(
-            run_sweep(
+        run_dir = run_sweep(
+            SweepRequest(
                 "cpu-tiny-mtp",
                 overrides=["sweep.points=[[1,1],[2,2]]", f"sweep.max_tokens={max_tokens}"],
                 url=server.base_url,
                 out=tmp_path / "results",
                 run_id=run_id,
-                echo=said.append,
-            )
+            ),
+            echo=said.append,
         )
+        write_run_report(run_dir, said.append)  # what `repro sweep` does after the run
+        runs.append(run_dir)
     # `repro sweep` itself leaves a dashboard for its run.
     auto = tmp_path / "dashboards" / "base.html"
     assert f"report: {auto}" in said and auto.is_file()

@@ -21,11 +21,11 @@ from procs import children
 
 from harness.errors import RunError
 from harness.results import load_run
-from harness.run.sweep import run_sweep
+from harness.run.sweep import SweepRequest, run_sweep
 
 pytestmark = pytest.mark.e2e
 
-QUIET = {"report": False, "echo": lambda _msg: None}
+QUIET = {"echo": lambda _msg: None}
 
 
 # --------------------------------------------------------------------------- independent recompute
@@ -134,12 +134,14 @@ def test_mtp_sweep_measures_acceptance_from_server_counters(server_factory, tmp_
     server = server_factory("cpu-tiny-mtp")
     # MTP decoding on CPU is slow (tens of tok/s per request): keep the points small.
     run_dir = run_sweep(
-        "cpu-tiny-mtp",
-        overrides=["sweep.points=[[1,1],[4,4]]"],
-        url=server.base_url,
-        out=tmp_path,
-        run_id="mtp",
-        **QUIET,
+        SweepRequest(
+            "cpu-tiny-mtp",
+            overrides=["sweep.points=[[1,1],[4,4]]"],
+            url=server.base_url,
+            out=tmp_path,
+            run_id="mtp",
+        ),
+        echo=QUIET["echo"],
     )
     run = load_run(run_dir)
     assert run.manifest.status == "complete"
@@ -162,12 +164,14 @@ def test_pressure_sweep_preempts_and_caps_occupancy(server_factory, tmp_path):
     # Longer replies grow each running request by ~1.5 KV blocks per turn: with 16 blocks the
     # scheduler must preempt (64-token replies were admitted without any preemption).
     run_dir = run_sweep(
-        "cpu-tiny-pressure",
-        overrides=["sweep.points=[[1,1],[8,8]]", "sweep.max_tokens=192"],
-        url=server.base_url,
-        out=tmp_path,
-        run_id="pressure",
-        **QUIET,
+        SweepRequest(
+            "cpu-tiny-pressure",
+            overrides=["sweep.points=[[1,1],[8,8]]", "sweep.max_tokens=192"],
+            url=server.base_url,
+            out=tmp_path,
+            run_id="pressure",
+        ),
+        echo=QUIET["echo"],
     )
     run = load_run(run_dir)
     assert_valid_points(run_dir)
@@ -185,7 +189,8 @@ def test_resume_after_interrupt_gives_the_same_summary(server_factory, tmp_path)
     server = server_factory("cpu-tiny")
     sets = ["sweep.points=[[1,2],[2,4]]"]
     full = run_sweep(
-        "cpu-tiny", overrides=sets, url=server.base_url, out=tmp_path, run_id="full", **QUIET
+        SweepRequest("cpu-tiny", overrides=sets, url=server.base_url, out=tmp_path, run_id="full"),
+        echo=QUIET["echo"],
     )
 
     def interrupt_after_first_point(msg: str) -> None:
@@ -194,12 +199,9 @@ def test_resume_after_interrupt_gives_the_same_summary(server_factory, tmp_path)
 
     with pytest.raises(KeyboardInterrupt):
         run_sweep(
-            "cpu-tiny",
-            overrides=sets,
-            url=server.base_url,
-            out=tmp_path,
-            run_id="cut",
-            report=False,
+            SweepRequest(
+                "cpu-tiny", overrides=sets, url=server.base_url, out=tmp_path, run_id="cut"
+            ),
             echo=interrupt_after_first_point,
         )
     cut = tmp_path / "cut"
@@ -208,10 +210,13 @@ def test_resume_after_interrupt_gives_the_same_summary(server_factory, tmp_path)
     assert [p.point_id for p in partial.points] == ["p001-n0002-r0"]
     with pytest.raises(RunError, match="already exists"):
         run_sweep(
-            "cpu-tiny", overrides=sets, url=server.base_url, out=tmp_path, run_id="cut", **QUIET
+            SweepRequest(
+                "cpu-tiny", overrides=sets, url=server.base_url, out=tmp_path, run_id="cut"
+            ),
+            echo=QUIET["echo"],
         )
 
-    run_sweep("cpu-tiny", resume=cut, **QUIET)
+    run_sweep(SweepRequest("cpu-tiny", resume=cut), echo=QUIET["echo"])
     resumed = load_run(cut)
     assert resumed.manifest.status == "complete"
 
@@ -231,19 +236,21 @@ def test_resume_after_interrupt_gives_the_same_summary(server_factory, tmp_path)
     assert rows(cut) == rows(full)
     assert load_run(cut).manifest.workload_key == load_run(full).manifest.workload_key
     with pytest.raises(RunError, match="complete"):
-        run_sweep("cpu-tiny", resume=cut, **QUIET)
+        run_sweep(SweepRequest("cpu-tiny", resume=cut), echo=QUIET["echo"])
 
 
 def test_repeats_record_median_and_ci(server_factory, tmp_path):
     server = server_factory("cpu-tiny")
     run_dir = run_sweep(
-        "cpu-tiny",
-        url=server.base_url,
-        out=tmp_path,
-        run_id="rep",
-        repeats=3,
-        only_points=["c1"],
-        **QUIET,
+        SweepRequest(
+            "cpu-tiny",
+            url=server.base_url,
+            out=tmp_path,
+            run_id="rep",
+            repeats=3,
+            only_points=["c1"],
+        ),
+        echo=QUIET["echo"],
     )
     run = load_run(run_dir)
     assert [p.point_id for p in run.points] == [f"p001-n0002-r{r}" for r in range(3)]
@@ -299,12 +306,14 @@ def test_server_killed_mid_point_is_invalid_and_sweep_continues(cpu_build, tmp_p
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
     run_dir = run_sweep(
-        "cpu-tiny",
-        overrides=["sweep.points=[[2,8],[1,2]]"],
-        out=tmp_path,
-        run_id="kill",
-        port=port,
-        **QUIET,
+        SweepRequest(
+            "cpu-tiny",
+            overrides=["sweep.points=[[2,8],[1,2]]"],
+            out=tmp_path,
+            run_id="kill",
+            port=port,
+        ),
+        echo=QUIET["echo"],
     )
     thread.join(timeout=5)
     assert "pgid" in killed
