@@ -78,7 +78,7 @@ def point_line(record: PointRecord) -> str:
         f"interactivity {fmt(m.get('interactivity'))}, tput/GPU "
         f"{fmt(m.get('throughput_per_gpu'))}, samples {record.samples}, "
         f"gaps {record.scrape_gaps}"
-    )
+    ) + "".join(f"\n    note: {note}" for note in record.notes)
 
 
 def _quote(arg: str) -> str:

@@ -246,3 +246,10 @@ def test_resume_refuses_a_run_whose_owner_is_alive(partial_run: Path) -> None:
     run_sweep(SweepRequest(resume=partial_run), **QUIET)
     assert read_manifest(partial_run).status == "complete"
     assert read_manifest(partial_run).owner["pid"] == os.getpid()
+
+
+def test_a_gpu_profile_on_a_gpu_less_machine_says_so_before_the_dataset(tmp_path: Path) -> None:
+    # the blog's dataset needs the GLM-5.3 tokenizer from the hub: the GPU check must come first
+    with pytest.raises(ServerError, match="needs 8 NVIDIA GPU"):
+        run_sweep(SweepRequest("hisparse384", out=tmp_path), **QUIET)
+    assert list(tmp_path.iterdir()) == []
