@@ -32,6 +32,12 @@ def main() -> None:
     except ReproError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
+    except OSError as exc:
+        # a file the user named cannot be read or written (read-only file system, no such
+        # folder, permission): one line naming the path, never a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"error: {where}{exc.strerror or exc}", err=True)
+        sys.exit(1)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)

@@ -23,6 +23,8 @@ from pathlib import Path
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.results import atomic_write_text
+
 SAMPLE_COLUMNS = ("timestamp", "monotonic", "name", "labels", "value")
 KEEP_PREFIX = "vllm:"
 
@@ -129,8 +131,6 @@ class Scraper:
 
 
 def write_samples_csv(path: Path, samples: Iterable[Sample]) -> None:
-    from harness.results import atomic_write_text
-
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(SAMPLE_COLUMNS)
