@@ -1,7 +1,7 @@
 """Per-point, per-metric comparison of two runs (A = baseline, B = candidate).
 
 Points are matched by (parallel, number); repeats are reduced to their median first
-(`harness.report.figures.reduce_repeats`). For every metric of `harness.results.METRICS`:
+(`harness.analysis.groups.reduce_repeats`). For every metric of `harness.results.METRICS`:
 
     delta = B - A,   ratio = B / A (None when A is 0 or either side is missing)
 
@@ -9,7 +9,9 @@ and a verdict from the metric's direction of "better": ``better`` / ``worse`` wh
 change exceeds `tolerance` in that direction, ``same`` within it, ``info`` for metrics without a
 direction, ``n/a`` when a side is missing. A point present in one run only gives rows with
 verdict ``missing``. Rows also say whether either side was an invalid point: a comparison that
-involves an invalid point is reported, never silently dropped.
+involves an invalid point is reported, never silently dropped. Two runs with different workload
+identities (`harness.identity.workload_identity`) are still compared, with a warning
+(:func:`workload_warning`).
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from harness.analysis.curves import frontier_auc
-from harness.report.figures import SeriesPoint, series_points
+from harness.analysis.frontier import frontier_auc
+from harness.analysis.groups import SeriesPoint, series_points
+from harness.identity import workload_differences, workload_identity
 from harness.results import METRICS, MetricSpec, Run
 
 DEFAULT_TOLERANCE = 0.02  # relative change below which two values are called the same
@@ -106,6 +109,18 @@ def compare_points(
             }
         )
     return rows
+
+
+def workload_warning(a: Run, b: Run) -> str | None:
+    """A warning when A and B did not send the same workload (not like for like), else None."""
+    wa = workload_identity(a.manifest.model_dump(mode="json"))
+    wb = workload_identity(b.manifest.model_dump(mode="json"))
+    if wa == wb:
+        return None
+    return (
+        f"warning: {a.name} and {b.name} have different workloads, so the comparison is not "
+        "like for like (" + "; ".join(workload_differences(wa, wb)) + ")"
+    )
 
 
 def compare_runs(a: Run, b: Run, *, tolerance: float = DEFAULT_TOLERANCE) -> list[dict[str, Any]]:

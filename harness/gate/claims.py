@@ -38,6 +38,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from harness.analysis.groups import group_by_point
 from harness.errors import ConfigError, ReproError
 from harness.paths import CLAIMS_DIR
 from harness.results import METRICS, PointRecord, Run, load_run
@@ -145,10 +146,7 @@ class ClaimResult:
 
 def _points(run: Run, selector: str) -> list[list[PointRecord]]:
     """Groups of repeats (valid ones) for the selected point(s)."""
-    groups: dict[tuple[int, int], list[PointRecord]] = {}
-    for p in run.points:
-        groups.setdefault((p.parallel, p.number), []).append(p)
-    ordered = [groups[k] for k in sorted(groups)]
+    ordered = list(group_by_point(run.points).values())
     if selector == "all":
         return ordered
     if selector == "top":

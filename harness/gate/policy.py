@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from harness.errors import ConfigError
 from harness.paths import LAUNCH_DIR
-from harness.results import METRICS
+from harness.results import METRICS, Run
 
 POLICIES_DIR = LAUNCH_DIR / "policies"
 DEFAULT_GPU_POLICY = POLICIES_DIR / "default.yaml"
@@ -121,3 +121,11 @@ def load_policy(path: Path | str) -> Policy:
 def default_policy_path(gpus: int) -> Path:
     """CPU profiles (gpus == 0) get thresholds from measured CPU noise; GPU arms the default."""
     return DEFAULT_CPU_POLICY if gpus == 0 else DEFAULT_GPU_POLICY
+
+
+def choose_policy(candidate: Run, policy_path: Path | str | None) -> Policy:
+    """The given policy file, else the default for the candidate's hardware (CPU or GPU)."""
+    if policy_path is not None:
+        return load_policy(policy_path)
+    gpus = (candidate.manifest.profile or {}).get("gpus", candidate.manifest.gpus)
+    return load_policy(default_policy_path(int(gpus or 0)))

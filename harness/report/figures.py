@@ -22,10 +22,9 @@ can find traces without depending on their display names.
 from __future__ import annotations
 
 import html
-import math
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +33,10 @@ import yaml
 from plotly.subplots import make_subplots
 
 from harness.analysis.frontier import frontier_mask, frontier_path
-from harness.analysis.stats import median_ci
+from harness.analysis.groups import SeriesPoint, finite, series_points
 from harness.errors import ConfigError
 from harness.paths import LAUNCH_DIR
-from harness.results import METRICS, PointRecord, Run
+from harness.results import METRICS, Run
 
 PUBLISHED_FILE = LAUNCH_DIR / "published" / "glm53-blog.yaml"
 
@@ -76,22 +75,6 @@ LABEL_MERGE_FRACTION = 0.012
 
 
 @dataclass
-class SeriesPoint:
-    """One configured point of a series; repeats reduced to their median."""
-
-    label: str
-    parallel: int
-    number: int
-    values: dict[str, float | None]
-    ci: dict[str, tuple[float, float]] = field(default_factory=dict)  # (low, high) per metric
-    repeats: int = 1
-    valid: bool = True
-    invalid_reasons: list[str] = field(default_factory=list)
-    point_ids: list[str] = field(default_factory=list)
-    excluded: list[str] = field(default_factory=list)  # invalid repeats left out of the median
-
-
-@dataclass
 class Series:
     name: str
     points: list[SeriesPoint]
@@ -100,66 +83,6 @@ class Series:
     color: str | None = None
     marker: str | None = None
     run: Run | None = None
-
-
-def _finite(value: Any) -> float | None:
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
-def reduce_repeats(records: Sequence[PointRecord]) -> SeriesPoint:
-    """Median (and CI when >1 value) of every metric over the valid repeats of one point.
-
-    When no repeat is valid the invalid ones are reduced instead and the point is marked
-    invalid with every reason, so it can still be shown (flagged) rather than vanish.
-    """
-    first = records[0]
-    valid = [r for r in records if r.valid]
-    used = valid or list(records)
-    values: dict[str, float | None] = {}
-    ci: dict[str, tuple[float, float]] = {}
-    for key in METRICS:
-        data = [v for r in used if (v := _finite(r.metrics.get(key))) is not None]
-        if not data:
-            values[key] = None
-            continue
-        median, low, high = median_ci(data)
-        values[key] = median
-        if len(data) > 1:
-            ci[key] = (low, high)
-    reasons: list[str] = []
-    for r in records:
-        if r.valid:
-            continue
-        for reason in r.invalid_reasons or ["invalid"]:
-            text = f"{r.point_id}: {reason}" if len(records) > 1 else reason
-            if text not in reasons:
-                reasons.append(text)
-    return SeriesPoint(
-        label=first.label or f"c{first.parallel}",
-        parallel=first.parallel,
-        number=first.number,
-        values=values,
-        ci=ci,
-        repeats=len(used),
-        valid=bool(valid),
-        invalid_reasons=[] if valid else reasons,
-        excluded=reasons if valid else [],
-        point_ids=[r.point_id for r in records],
-    )
-
-
-def series_points(run: Run) -> list[SeriesPoint]:
-    """The run's points grouped by (parallel, number) in sweep order, repeats reduced."""
-    groups: dict[tuple[int, int], list[PointRecord]] = {}
-    for record in run.points:
-        groups.setdefault((record.parallel, record.number), []).append(record)
-    return [reduce_repeats(groups[key]) for key in sorted(groups)]
 
 
 def build_label(build: dict[str, Any] | None) -> str | None:
@@ -232,7 +155,7 @@ def load_published(path: Path | None = None) -> tuple[dict[str, Any], list[Serie
             if unknown := set(raw) - allowed:
                 raise ConfigError(f"{where}.points[{j}]: unknown key(s) {sorted(unknown)}")
             try:
-                values = {key: _finite(raw.get(key)) for key in METRICS}
+                values = {key: finite(raw.get(key)) for key in METRICS}
                 points.append(
                     SeriesPoint(
                         label=str(raw["label"]),
@@ -422,7 +345,7 @@ def _published_visible(runs: Sequence[Run], published: list[Series], yk: str) ->
     is >10x below the published best (the runs would be squashed into the origin)."""
     if runs and all(int(run.manifest.profile.get("gpus") or 0) == 0 for run in runs):
         return False
-    mine = [v for run in runs for p in run.points if (v := _finite(p.metrics.get(yk)))]
+    mine = [v for run in runs for p in run.points if (v := finite(p.metrics.get(yk)))]
     theirs = [v for s in published for p in s.points if (v := p.values.get(yk))]
     if not mine or not theirs:
         return True

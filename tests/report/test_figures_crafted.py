@@ -13,12 +13,12 @@ import yaml
 from support.crafted_runs import published_points, write_run
 
 from harness.analysis.frontier import frontier_mask, frontier_path
+from harness.analysis.groups import series_points
 from harness.report.figures import (
     PUBLISHED_FILE,
     load_published,
     pareto_figure,
     run_title,
-    series_points,
     traces_by_role,
 )
 from harness.results import (
