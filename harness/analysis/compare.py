@@ -16,6 +16,7 @@ identities (`harness.identity.workload_identity`) are still compared, with a war
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from harness.analysis.frontier import frontier_auc
 from harness.analysis.groups import SeriesPoint, series_points
 from harness.identity import workload_differences, workload_identity
 from harness.results import METRICS, MetricSpec, Run
+from harness.text import fmt_number
 
 DEFAULT_TOLERANCE = 0.02  # relative change below which two values are called the same
 
@@ -187,14 +189,7 @@ def compare_curves(a: Run, b: Run, *, tolerance: float = DEFAULT_TOLERANCE) -> l
     return rows
 
 
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value == 0:
-        return "0"
-    if abs(value) >= 1e7 or abs(value) < 1e-3:
-        return f"{value:.3e}"
-    return f"{value:.6g}"
+_fmt = functools.partial(fmt_number, digits=6, sci_below=1e-3, sci_from=1e7)
 
 
 MARKS = {

@@ -53,6 +53,7 @@ from harness.errors import ReproError
 from harness.gate.policy import CurveRule, MetricRule, Policy
 from harness.identity import workload_id, workload_identity
 from harness.results import METRICS, Run
+from harness.text import fmt_number
 
 CLASSES = ("ok", "improvement", "suspicious", "regression")
 _SEVERITY = {name: rank for rank, name in enumerate(CLASSES)}
@@ -504,14 +505,6 @@ def _curve_rows(
 # --------------------------------------------------------------------------- rendering
 
 
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if math.isinf(value):
-        return "inf"
-    return f"{value:.4g}"
-
-
 def _change(row: Row) -> str:
     if row.change is None:
         return "-"
@@ -522,12 +515,12 @@ _HEADER = ("point", "metric", "baseline", "candidate", "CI", "change", "threshol
 
 
 def _cells(row: Row) -> tuple[str, ...]:
-    ci = f"[{_fmt(row.ci[0])}, {_fmt(row.ci[1])}]" if row.ci else "-"
+    ci = f"[{fmt_number(row.ci[0])}, {fmt_number(row.ci[1])}]" if row.ci else "-"
     return (
         row.point,
         row.metric,
-        _fmt(row.baseline),
-        _fmt(row.candidate),
+        fmt_number(row.baseline),
+        fmt_number(row.candidate),
         ci,
         _change(row),
         f"{100 * row.threshold:.0f}%/{row.floor:g}",
