@@ -7,14 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.capacity.formulas import (
+from harness.capacity.deployment import (
     DEFAULT_INDEXER_OFFLOAD_GIB,
-    DEFAULT_SEQ_LEN,
     DEFAULT_SYSTEM_RAM_GIB,
-    evaluate_many,
     make_deployment,
-    parse_seq_range,
 )
+from harness.capacity.formulas import DEFAULT_SEQ_LEN, evaluate_many, parse_seq_range
 from harness.errors import ConfigError
 
 # Options that describe the deployment; with --run the run's profile supplies them instead.

@@ -8,14 +8,8 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.capacity.formulas import (
-    CHART_SEQ_LENS,
-    GIB,
-    Deployment,
-    SeqResult,
-    Variant,
-    chart_curve,
-)
+from harness.capacity.deployment import GIB, Deployment
+from harness.capacity.formulas import CHART_SEQ_LENS, SeqResult, Variant, chart_curve
 from harness.results import atomic_write_text
 
 if TYPE_CHECKING:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.capacity.formulas import Deployment, SeqResult, evaluate, make_deployment
+from harness.capacity.deployment import Deployment, make_deployment
+from harness.capacity.formulas import SeqResult, evaluate
 from harness.capacity.model import ModelSpec, find_model_for, load_model
 from harness.errors import ConfigError
 from harness.results import PointRecord, Run, load_run

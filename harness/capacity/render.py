@@ -6,7 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from harness.capacity.formulas import GIB, Deployment, SeqResult, Variant
+from harness.capacity.deployment import GIB, Deployment
+from harness.capacity.formulas import SeqResult, Variant
 
 if TYPE_CHECKING:
     from harness.capacity.measured import RunComparison
