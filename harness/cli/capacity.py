@@ -43,8 +43,12 @@ def register(group: click.Group) -> None:
     help="GPU preset (141 / 180 / 288 GB) [default: h200].",
 )
 @click.option("--hbm-gib", type=float, default=None, help="GPU memory in GiB instead of --gpu.")
-@click.option("--tp", type=int, default=None, help="Tensor parallel size [default: 8].")
-@click.option("--dp", type=int, default=None, help="Data parallel size [default: 1].")
+@click.option(
+    "--tp", type=click.IntRange(min=1), default=None, help="Tensor parallel size [default: 8]."
+)
+@click.option(
+    "--dp", type=click.IntRange(min=1), default=None, help="Data parallel size [default: 1]."
+)
 @click.option(
     "--ep/--no-ep",
     default=None,
