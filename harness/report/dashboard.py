@@ -34,7 +34,7 @@ from plotly.offline import get_plotlyjs
 
 from harness import __version__
 from harness.analysis.compare import DEFAULT_TOLERANCE
-from harness.capacity import capacity_figures
+from harness.capacity.figures import capacity_figures
 from harness.errors import ReproError, RunError
 from harness.paths import dashboards_dir, results_dir
 from harness.report.figures import Series, figure_title, load_published, pareto_figure, run_series
