@@ -90,27 +90,38 @@ def compare_points(
     for key, spec in METRICS.items():
         va = a.values.get(key) if a else None
         vb = b.values.get(key) if b else None
-        rows.append(
-            {
-                "point": ref.label,
-                "parallel": ref.parallel,
-                "number": ref.number,
-                "metric": key,
-                "label": spec.label,
-                "unit": spec.unit,
-                "better": spec.better,
-                "a": va,
-                "b": vb,
-                "delta": None if va is None or vb is None else vb - va,
-                "ratio": _ratio(va, vb),
-                "verdict": "missing" if a is None or b is None else verdict(key, va, vb, tolerance),
-                "a_valid": None if a is None else a.valid,
-                "b_valid": None if b is None else b.valid,
-                "a_repeats": None if a is None else a.repeats,
-                "b_repeats": None if b is None else b.repeats,
-            }
-        )
+        row = _row((ref.label, ref.parallel, ref.number), key, spec, va, vb)
+        row["verdict"] = "missing" if a is None or b is None else verdict(key, va, vb, tolerance)
+        row["a_valid"] = None if a is None else a.valid
+        row["b_valid"] = None if b is None else b.valid
+        row["a_repeats"] = None if a is None else a.repeats
+        row["b_repeats"] = None if b is None else b.repeats
+        rows.append(row)
     return rows
+
+
+def _row(
+    where: tuple[str, int | None, int | None],
+    metric: str,
+    spec: MetricSpec,
+    a: float | None,
+    b: float | None,
+) -> dict[str, Any]:
+    """The fields every comparison row has: which point, which metric, A, B, delta, ratio."""
+    point, parallel, number = where
+    return {
+        "point": point,
+        "parallel": parallel,
+        "number": number,
+        "metric": metric,
+        "label": spec.label,
+        "unit": spec.unit,
+        "better": spec.better,
+        "a": a,
+        "b": b,
+        "delta": None if a is None or b is None else b - a,
+        "ratio": _ratio(a, b),
+    }
 
 
 def workload_warning(a: Run, b: Run) -> str | None:
@@ -166,26 +177,10 @@ def compare_curves(a: Run, b: Run, *, tolerance: float = DEFAULT_TOLERANCE) -> l
     rows = []
     for key, spec in CURVE_METRICS.items():
         va, vb = left[key], right[key]
-        rows.append(
-            {
-                "point": "curve",
-                "parallel": None,
-                "number": None,
-                "metric": key,
-                "label": spec.label,
-                "unit": spec.unit,
-                "better": spec.better,
-                "a": va,
-                "b": vb,
-                "delta": None if va is None or vb is None else vb - va,
-                "ratio": _ratio(va, vb),
-                "verdict": verdict(key, va, vb, tolerance),
-                "a_valid": True,
-                "b_valid": True,
-                "a_repeats": None,
-                "b_repeats": None,
-            }
-        )
+        row = _row(("curve", None, None), key, spec, va, vb)
+        row["verdict"] = verdict(key, va, vb, tolerance)
+        row.update(a_valid=True, b_valid=True, a_repeats=None, b_repeats=None)
+        rows.append(row)
     return rows
 
 

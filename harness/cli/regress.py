@@ -12,6 +12,13 @@ import click
 from harness.errors import ReproError
 
 _RUN = click.Path(exists=True, file_okay=False, path_type=Path)
+_CLAIMS = click.option(
+    "--claims",
+    "claims_path",
+    type=click.Path(path_type=Path),
+    help="Claims file (default: launch/claims/cpu-tiny.yaml for CPU runs, "
+    "glm53-blog.yaml for GPU runs).",
+)
 _DB = click.option(
     "--db",
     "history_path",
@@ -113,13 +120,7 @@ def _parse_arm(values: tuple[str, ...]) -> dict[str, Path]:
 
 @claims_group.command("check")
 @click.argument("runs", nargs=-1, type=_RUN)
-@click.option(
-    "--claims",
-    "claims_path",
-    type=click.Path(path_type=Path),
-    help="Claims file (default: launch/claims/cpu-tiny.yaml for CPU runs, "
-    "glm53-blog.yaml for GPU runs).",
-)
+@_CLAIMS
 @click.option(
     "--arm",
     "arms",
@@ -290,13 +291,7 @@ def history_reject(ref: str, reason: str, history_path: Path | None) -> None:
     "part of the candidate, like the build: judged against the plain profile's "
     "history (e.g. a deliberately degraded server).",
 )
-@click.option(
-    "--claims",
-    "claims_path",
-    type=click.Path(path_type=Path),
-    help="Claims file (default: launch/claims/cpu-tiny.yaml for CPU arms, "
-    "glm53-blog.yaml for GPU arms).",
-)
+@_CLAIMS
 @click.option(
     "--policy",
     type=click.Path(path_type=Path),

@@ -152,31 +152,11 @@ def classify(
     if abs(delta) <= floor:
         return Judgement("ok", change, worse, f"|change| {abs(delta):.4g} <= floor {floor:g}")
     if worse >= threshold:
-        if ci is not None:
-            low, high = ci
-            outside = high < baseline if direction == "higher" else low > baseline
-            if not outside:
-                return Judgement(
-                    "suspicious",
-                    change,
-                    worse,
-                    f"worse by {_pct(worse)} >= {_pct(threshold)}, but the CI "
-                    f"[{low:.4g}, {high:.4g}] includes the baseline {baseline:.4g}",
-                )
-        elif spread is not None:
-            worst = spread[0] if direction == "higher" else spread[1]
-            beyond = candidate < worst if direction == "higher" else candidate > worst
-            if not beyond:
-                return Judgement(
-                    "suspicious",
-                    change,
-                    worse,
-                    f"worse by {_pct(worse)} >= {_pct(threshold)}, but within the history's "
-                    f"range [{spread[0]:.4g}, {spread[1]:.4g}]",
-                )
-        return Judgement(
-            "regression", change, worse, f"worse by {_pct(worse)} >= {_pct(threshold)}"
-        )
+        breach = f"worse by {_pct(worse)} >= {_pct(threshold)}"
+        noise = _within_noise(baseline, candidate, direction, ci, spread)
+        if noise:
+            return Judgement("suspicious", change, worse, f"{breach}, but {noise}")
+        return Judgement("regression", change, worse, breach)
     if worse >= band * threshold:
         return Judgement(
             "suspicious",
@@ -187,6 +167,27 @@ def classify(
     if -worse >= threshold:
         return Judgement("improvement", change, worse, f"better by {_pct(-worse)}")
     return Judgement("ok", change, worse, "within threshold")
+
+
+def _within_noise(
+    baseline: float,
+    candidate: float,
+    direction: str,
+    ci: tuple[float, float] | None,
+    spread: tuple[float, float] | None,
+) -> str | None:
+    """Why a threshold breach is still within the noise (rules 2a and 2b), or None."""
+    if ci is not None:
+        low, high = ci
+        outside = high < baseline if direction == "higher" else low > baseline
+        if not outside:
+            return f"the CI [{low:.4g}, {high:.4g}] includes the baseline {baseline:.4g}"
+    elif spread is not None:
+        worst = spread[0] if direction == "higher" else spread[1]
+        beyond = candidate < worst if direction == "higher" else candidate > worst
+        if not beyond:
+            return f"within the history's range [{spread[0]:.4g}, {spread[1]:.4g}]"
+    return None
 
 
 def _pct(value: float) -> str:
