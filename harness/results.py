@@ -336,35 +336,22 @@ def point_id(parallel: int, number: int, repeat: int = 0) -> str:
     return f"p{parallel:03d}-n{number:04d}-r{repeat}"
 
 
+def _in_root(name: str) -> property:
+    return property(lambda self: self.root / name, doc=f"<run>/{name}")
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """Paths inside one run directory."""
 
     root: Path
 
-    @property
-    def manifest(self) -> Path:
-        return self.root / "manifest.json"
-
-    @property
-    def server_log(self) -> Path:
-        return self.root / "server.log"
-
-    @property
-    def summary_json(self) -> Path:
-        return self.root / "summary.json"
-
-    @property
-    def summary_csv(self) -> Path:
-        return self.root / "summary.csv"
-
-    @property
-    def points_dir(self) -> Path:
-        return self.root / "points"
-
-    @property
-    def figures_dir(self) -> Path:
-        return self.root / "figures"
+    manifest = _in_root("manifest.json")
+    server_log = _in_root("server.log")
+    summary_json = _in_root("summary.json")
+    summary_csv = _in_root("summary.csv")
+    points_dir = _in_root("points")
+    figures_dir = _in_root("figures")
 
     def point_dir(self, pid: str) -> Path:
         return self.points_dir / pid

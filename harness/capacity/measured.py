@@ -207,6 +207,17 @@ class ServeFacts:
     spec_tokens: int | None
     offload_gib: float | None
 
+    def topology(self) -> dict[str, Any]:
+        """The `make_deployment` arguments the profile fixes."""
+        return {
+            "tp": self.tp,
+            "dp": self.dp,
+            "ep": self.ep,
+            "kv_dtype": self.kv_dtype,
+            "max_seqs": self.max_seqs,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+        }
+
 
 def serve_facts(profile: dict[str, Any]) -> ServeFacts:
     # vLLM config files accept long option names with dashes or underscores
@@ -444,7 +455,7 @@ def resolve_run_model(run: Run, model: str | None = None) -> ModelSpec:
 def _run_deployment(
     loaded: Run,
     spec: ModelSpec,
-    facts: Any,
+    facts: ServeFacts,
     options: dict[str, Any],
     notes: list[str],
 ) -> Deployment:
@@ -468,22 +479,17 @@ def _run_deployment(
         spec,
         gpu=gpu,
         hbm_gib=hbm_gib,
-        tp=facts.tp,
-        dp=facts.dp,
-        ep=facts.ep,
-        kv_dtype=facts.kv_dtype,
-        max_seqs=facts.max_seqs,
         hot_rows=hot_rows,
         spec_tokens=facts.spec_tokens if hot_rows is None else None,
         host_pool_gib=facts.host_pool_gib if facts.hisparse else None,
         indexer_offload_gib=offload if offload is not None else (facts.offload_gib or 0.0),
         system_ram_gib=ram if ram is not None else 4096.0,
         kv_gib_per_gpu=options["kv_gib_per_gpu"],
-        gpu_memory_utilization=facts.gpu_memory_utilization,
+        **facts.topology(),
     )
 
 
-def _pool_notes(loaded: Run, dep: Deployment, facts: Any) -> list[str]:
+def _pool_notes(loaded: Run, dep: Deployment, facts: ServeFacts) -> list[str]:
     """How vLLM's own KV pool (from the launch log) and the profile compare with the model."""
     notes = []
     kv_capacity = (loaded.manifest.launch or {}).get("kv_capacity") or {}
