@@ -35,15 +35,16 @@ def key_path(loc: tuple[Any, ...] | list[Any]) -> str:
     return ".".join(str(part) for part in loc if part not in ("after", "before", "wrap"))
 
 
-def describe_error(exc: ValidationError) -> tuple[str, str]:
-    """(key path, message) of the first error: unknown key, missing key or the reason."""
-    first = exc.errors()[0]
-    loc = [part for part in first["loc"] if part not in ("after", "before", "wrap")]
-    if first["type"] == "extra_forbidden":
+def describe_error(exc: ValidationError, index: int = 0) -> tuple[str, str]:
+    """(key path, message) of one error (the first by default): unknown key, missing key or
+    the reason."""
+    error = exc.errors()[index]
+    loc = [part for part in error["loc"] if part not in ("after", "before", "wrap")]
+    if error["type"] == "extra_forbidden":
         return key_path(loc), f"unknown key {str(loc[-1]) if loc else '?'!r}"
-    if first["type"] == "missing":
+    if error["type"] == "missing":
         return key_path(loc), "required key missing"
-    return key_path(loc), first["msg"].removeprefix("Value error, ")
+    return key_path(loc), error["msg"].removeprefix("Value error, ")
 
 
 def at_key(source: Path | str, path: str) -> str:
@@ -51,12 +52,18 @@ def at_key(source: Path | str, path: str) -> str:
     return f"{source}: key {path!r}" if path else f"{source}"
 
 
-def validation_message(source: Path | str, exc: ValidationError, *, prefix: str = "") -> str:
-    """One line naming the file and key of the first error; ``prefix`` is the key path of the
-    validated mapping inside the file (e.g. ``builds.b2`` when one entry is validated)."""
-    path, message = describe_error(exc)
-    full = ".".join(p for p in (prefix, path) if p)
-    return f"{at_key(source, full)}: {message}"
+def validation_message(
+    source: Path | str, exc: ValidationError, *, prefix: str = "", every: bool = False
+) -> str:
+    """One line naming the file and key of the first error (``every``: of each error, joined
+    by "; "); ``prefix`` is the key path of the validated mapping inside the file (e.g.
+    ``builds.b2`` when one entry is validated)."""
+    parts = []
+    for index in range(len(exc.errors()) if every else 1):
+        path, message = describe_error(exc, index)
+        full = ".".join(p for p in (prefix, path) if p)
+        parts.append(f"key {full!r}: {message}" if full else message)
+    return f"{source}: " + "; ".join(parts)
 
 
 def validate(
@@ -65,16 +72,18 @@ def validate(
     source: Path | str,
     *,
     prefix: str = "",
+    every: bool = False,
     error: type[ReproError] = ConfigError,
     **context: Any,
 ) -> M:
-    """``model`` validated from ``data`` (plus ``context`` fields), or ``error`` naming the key."""
+    """``model`` validated from ``data`` (plus ``context`` fields), or ``error`` naming the key
+    (of the first problem; of every problem with ``every``)."""
     try:
         if context:
             return model.model_validate({**data, **context})
         return model.model_validate(data)
     except ValidationError as exc:
-        raise error(validation_message(source, exc, prefix=prefix)) from None
+        raise error(validation_message(source, exc, prefix=prefix, every=every)) from None
 
 
 def parse_yaml(

@@ -20,10 +20,10 @@ def fmt_number(
 ) -> str:
     """A number for a table cell.
 
-    ``missing`` for None or NaN; with ``sci_below``, "0" for zero and scientific notation (``sci_digits``) when 0 < |value| <
-    ``sci_below`` or |value| >= ``sci_from``; no decimals (comma-grouped with ``thousands``)
-    when |value| >= ``whole_from``; otherwise ``fixed`` decimals, or ``digits`` significant
-    digits.
+    ``missing`` for None or NaN; with ``sci_below``, "0" for zero and scientific notation
+    (``sci_digits``) when 0 < |value| < ``sci_below``; also scientific when |value| >=
+    ``sci_from``; no decimals (comma-grouped with ``thousands``) when |value| >=
+    ``whole_from``; otherwise ``fixed`` decimals, or ``digits`` significant digits.
     """
     if value is None or math.isnan(value):
         return missing

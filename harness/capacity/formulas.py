@@ -32,7 +32,9 @@ DEFAULT_SEQ_LEN = 81920  # the calculator's default sequence length
 
 @dataclass(frozen=True)
 class Limits:
-    """The calculator's capacityAtSequence, per DP rank (block counts are per GPU: KV is replicated)."""
+    """The calculator's capacityAtSequence, per DP rank.
+
+    Block counts are per GPU: the KV cache is replicated across TP ranks."""
 
     baseline_pool: int
     baseline_per_request: int

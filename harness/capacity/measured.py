@@ -25,7 +25,8 @@ from harness.errors import ConfigError
 from harness.paths import DATASETS_DIR
 from harness.results import PointRecord, Run, load_run
 
-# "HiSparse HMA: X GiB host source (N blocks), Y GiB shared GPU indexer/resident/hot pool (M blocks)"
+# "HiSparse HMA: X GiB host source (N blocks),
+#  Y GiB shared GPU indexer/resident/hot pool (M blocks)"
 HMA_LINE = re.compile(
     r"HiSparse HMA:\s*([\d.]+) GiB host source \(([\d,]+) blocks\),\s*([\d.]+) GiB shared GPU"
     r"[^(]*\(([\d,]+) blocks\)"
@@ -471,7 +472,8 @@ def _run_deployment(
     hot_rows = facts.device_buffer_size
     if facts.max_seqs is None:
         notes.append(
-            f"profile has no max-num-seqs; using the calculator's default {spec.calculator_max_seqs}"
+            "profile has no max-num-seqs; using the calculator's default "
+            f"{spec.calculator_max_seqs}"
         )
     offload = options["indexer_offload_gib"]
     ram = options["system_ram_gib"]

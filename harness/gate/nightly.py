@@ -17,9 +17,10 @@ Per arm (profile):
    were invalid or the sweep failed (then ``rejected``, with the reason; ``repro history accept``
    overrides it later, e.g. for an expected step change).
 
-Then the claims (``harness.gate.claims``) over all arms, a dashboard (``harness.report.dashboard``) and a
-markdown summary (also appended to ``$GITHUB_STEP_SUMMARY`` when set). Exit code: 2 if any arm
-failed or was incomparable, else 1 if any arm regressed or any claim fails, else 0.
+Then the claims (``harness.gate.claims``) over all arms, a dashboard
+(``harness.report.dashboard``) and a markdown summary (also appended to
+``$GITHUB_STEP_SUMMARY`` when set). Exit code: 2 if any arm failed or was incomparable, else 1
+if any arm regressed or any claim fails, else 0.
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ change counts as an infinite relative change):
 
 1. |c - b| <= f                       -> ok (below the absolute floor, whatever the ratio)
 2. worse >= t                         -> regression, unless the breach is within the noise:
-   a. the candidate has >= 2 repeats: the median's confidence interval (harness.analysis.stats.median_ci
-      at the policy's confidence) must lie entirely on the worse side of b (higher-better:
-      CI high < b; lower-better: CI low > b);
+   a. the candidate has >= 2 repeats: the median's confidence interval
+      (harness.analysis.stats.median_ci at the policy's confidence) must lie entirely on the
+      worse side of b (higher-better: CI high < b; lower-better: CI low > b);
    b. a single candidate value against a history of >= 3 accepted runs: it must also lie
       beyond the worst of those runs' values (the history's own spread);
    a breach that fails a or b is "suspicious" (breached once, within noise)
@@ -32,7 +32,8 @@ change counts as an infinite relative change):
 A metric present on one side only is suspicious; absent on both sides it is not judged.
 
 Curve-level metrics (harness.analysis.frontier) are computed per repeat index (repeat r of
-every point forms one curve) and per baseline run, then reduced and classified exactly like a point metric. The overall status is the worst class present
+every point forms one curve) and per baseline run, then reduced and classified exactly like a
+point metric. The overall status is the worst class present
 (regression > suspicious > improvement > ok). Exit code: 1 for a regression, else 0; invalid
 or incomparable inputs raise :class:`IncomparableError` (exit 2).
 """

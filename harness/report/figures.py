@@ -12,8 +12,9 @@ Two definitions (DESIGN.md, "Interactivity has two definitions"):
   concurrency) against output-token throughput per GPU.
 
 Repeated points (same parallel and number) are drawn as the median with the median's
-distribution-free confidence interval (`harness.analysis.stats.median_ci`) as error bars. Invalid points
-are drawn as hollow crosses with their reasons on hover, and never join a line or the frontier.
+distribution-free confidence interval (`harness.analysis.stats.median_ci`) as error bars.
+Invalid points are drawn as hollow crosses with their reasons on hover, and never join a line
+or the frontier.
 
 Every trace carries ``meta = {"series", "role", "published"}`` so that tests and the dashboard
 can find traces without depending on their display names.
