@@ -1,4 +1,7 @@
-"""Per-point, per-metric comparison of two runs (A = baseline, B = candidate).
+"""Per-point, per-metric comparison of two runs (A = baseline, B = candidate), for reading.
+
+This is `repro compare` and the dashboard's ratio columns: it informs, it never fails. The gate
+(thresholds, confidence intervals, history baselines, exit codes) is `harness.gate.regress`.
 
 Points are matched by (parallel, number); repeats are reduced to their median first
 (`harness.analysis.groups.reduce_repeats`). For every metric of `harness.results.METRICS`:
