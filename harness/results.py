@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from harness.config import read_json, validate
 from harness.errors import RunError
 
 RUN_SCHEMA = "repro.run/1"
@@ -285,11 +286,26 @@ class RunSummary(_Record):
 # --------------------------------------------------------------------------- writing
 
 
+def _umask() -> int:
+    """The process umask, read without changing it where /proc allows (os.umask sets it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temp file in the same folder and rename: readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        # mkstemp makes the file 0600; give it the mode open() would have (0666 minus umask).
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
@@ -337,35 +353,22 @@ def point_id(parallel: int, number: int, repeat: int = 0) -> str:
     return f"p{parallel:03d}-n{number:04d}-r{repeat}"
 
 
+def _in_root(name: str) -> property:
+    return property(lambda self: self.root / name, doc=f"<run>/{name}")
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """Paths inside one run directory."""
 
     root: Path
 
-    @property
-    def manifest(self) -> Path:
-        return self.root / "manifest.json"
-
-    @property
-    def server_log(self) -> Path:
-        return self.root / "server.log"
-
-    @property
-    def summary_json(self) -> Path:
-        return self.root / "summary.json"
-
-    @property
-    def summary_csv(self) -> Path:
-        return self.root / "summary.csv"
-
-    @property
-    def points_dir(self) -> Path:
-        return self.root / "points"
-
-    @property
-    def figures_dir(self) -> Path:
-        return self.root / "figures"
+    manifest = _in_root("manifest.json")
+    server_log = _in_root("server.log")
+    summary_json = _in_root("summary.json")
+    summary_csv = _in_root("summary.csv")
+    points_dir = _in_root("points")
+    figures_dir = _in_root("figures")
 
     def point_dir(self, pid: str) -> Path:
         return self.points_dir / pid
@@ -408,22 +411,14 @@ def write_summary(layout: RunLayout, run_id: str, points: list[PointRecord]) -> 
 
 
 def _read_model(path: Path, model: type[BaseModel]) -> Any:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RunError(f"{path}: missing") from None
-    except json.JSONDecodeError as exc:
-        raise RunError(f"{path}: not valid JSON ({exc})") from None
+    if not path.exists():
+        raise RunError(f"{path}: missing")
+    data = read_json(path, "record", error=RunError)
     expected = model.model_fields["schema_version"].default
     found = data.get("schema_version") if isinstance(data, dict) else None
     if found != expected:
         raise RunError(f"{path}: schema_version {found!r}, this harness reads {expected!r}")
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise RunError(f"{path}: key {where!r}: {first['msg']}") from None
+    return validate(model, data, path, error=RunError)
 
 
 def read_manifest(run_dir: Path) -> RunManifest:

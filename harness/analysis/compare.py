@@ -1,7 +1,10 @@
-"""Per-point, per-metric comparison of two runs (A = baseline, B = candidate).
+"""Per-point, per-metric comparison of two runs (A = baseline, B = candidate), for reading.
+
+This is `repro compare` and the dashboard's ratio columns: it informs, it never fails. The gate
+(thresholds, confidence intervals, history baselines, exit codes) is `harness.gate.regress`.
 
 Points are matched by (parallel, number); repeats are reduced to their median first
-(`harness.report.figures.reduce_repeats`). For every metric of `harness.results.METRICS`:
+(`harness.analysis.groups.reduce_repeats`). For every metric of `harness.results.METRICS`:
 
     delta = B - A,   ratio = B / A (None when A is 0 or either side is missing)
 
@@ -9,19 +12,24 @@ and a verdict from the metric's direction of "better": ``better`` / ``worse`` wh
 change exceeds `tolerance` in that direction, ``same`` within it, ``info`` for metrics without a
 direction, ``n/a`` when a side is missing. A point present in one run only gives rows with
 verdict ``missing``. Rows also say whether either side was an invalid point: a comparison that
-involves an invalid point is reported, never silently dropped.
+involves an invalid point is reported, never silently dropped. Two runs with different workload
+identities (`harness.identity.workload_identity`) are still compared, with a warning
+(:func:`workload_warning`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Sequence
 from typing import Any
 
-from harness.analysis.curves import frontier_auc
-from harness.report.figures import SeriesPoint, series_points
+from harness.analysis.frontier import frontier_auc
+from harness.analysis.groups import SeriesPoint, series_points
+from harness.identity import workload_differences, workload_identity
 from harness.results import METRICS, MetricSpec, Run
+from harness.text import fmt_number
 
 DEFAULT_TOLERANCE = 0.02  # relative change below which two values are called the same
 
@@ -85,27 +93,50 @@ def compare_points(
     for key, spec in METRICS.items():
         va = a.values.get(key) if a else None
         vb = b.values.get(key) if b else None
-        rows.append(
-            {
-                "point": ref.label,
-                "parallel": ref.parallel,
-                "number": ref.number,
-                "metric": key,
-                "label": spec.label,
-                "unit": spec.unit,
-                "better": spec.better,
-                "a": va,
-                "b": vb,
-                "delta": None if va is None or vb is None else vb - va,
-                "ratio": _ratio(va, vb),
-                "verdict": "missing" if a is None or b is None else verdict(key, va, vb, tolerance),
-                "a_valid": None if a is None else a.valid,
-                "b_valid": None if b is None else b.valid,
-                "a_repeats": None if a is None else a.repeats,
-                "b_repeats": None if b is None else b.repeats,
-            }
-        )
+        row = _row((ref.label, ref.parallel, ref.number), key, spec, va, vb)
+        row["verdict"] = "missing" if a is None or b is None else verdict(key, va, vb, tolerance)
+        row["a_valid"] = None if a is None else a.valid
+        row["b_valid"] = None if b is None else b.valid
+        row["a_repeats"] = None if a is None else a.repeats
+        row["b_repeats"] = None if b is None else b.repeats
+        rows.append(row)
     return rows
+
+
+def _row(
+    where: tuple[str, int | None, int | None],
+    metric: str,
+    spec: MetricSpec,
+    a: float | None,
+    b: float | None,
+) -> dict[str, Any]:
+    """The fields every comparison row has: which point, which metric, A, B, delta, ratio."""
+    point, parallel, number = where
+    return {
+        "point": point,
+        "parallel": parallel,
+        "number": number,
+        "metric": metric,
+        "label": spec.label,
+        "unit": spec.unit,
+        "better": spec.better,
+        "a": a,
+        "b": b,
+        "delta": None if a is None or b is None else b - a,
+        "ratio": _ratio(a, b),
+    }
+
+
+def workload_warning(a: Run, b: Run) -> str | None:
+    """A warning when A and B did not send the same workload (not like for like), else None."""
+    wa = workload_identity(a.manifest.model_dump(mode="json"))
+    wb = workload_identity(b.manifest.model_dump(mode="json"))
+    if wa == wb:
+        return None
+    return (
+        f"warning: {a.name} and {b.name} have different workloads, so the comparison is not "
+        "like for like (" + "; ".join(workload_differences(wa, wb)) + ")"
+    )
 
 
 def compare_runs(a: Run, b: Run, *, tolerance: float = DEFAULT_TOLERANCE) -> list[dict[str, Any]]:
@@ -149,37 +180,14 @@ def compare_curves(a: Run, b: Run, *, tolerance: float = DEFAULT_TOLERANCE) -> l
     rows = []
     for key, spec in CURVE_METRICS.items():
         va, vb = left[key], right[key]
-        rows.append(
-            {
-                "point": "curve",
-                "parallel": None,
-                "number": None,
-                "metric": key,
-                "label": spec.label,
-                "unit": spec.unit,
-                "better": spec.better,
-                "a": va,
-                "b": vb,
-                "delta": None if va is None or vb is None else vb - va,
-                "ratio": _ratio(va, vb),
-                "verdict": verdict(key, va, vb, tolerance),
-                "a_valid": True,
-                "b_valid": True,
-                "a_repeats": None,
-                "b_repeats": None,
-            }
-        )
+        row = _row(("curve", None, None), key, spec, va, vb)
+        row["verdict"] = verdict(key, va, vb, tolerance)
+        row.update(a_valid=True, b_valid=True, a_repeats=None, b_repeats=None)
+        rows.append(row)
     return rows
 
 
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value == 0:
-        return "0"
-    if abs(value) >= 1e7 or abs(value) < 1e-3:
-        return f"{value:.3e}"
-    return f"{value:.6g}"
+_fmt = functools.partial(fmt_number, digits=6, sci_below=1e-3, sci_from=1e7)
 
 
 MARKS = {

@@ -1,6 +1,4 @@
-"""Per-point Pareto-frontier membership of an interactivity/throughput series.
-
-(Curve scalars such as the frontier AUC live in `harness.analysis.curves`, which uses the same definition.)
+"""The Pareto frontier of an interactivity/throughput series: membership and curve scalars.
 
 Definition used everywhere in `repro` (figures, dashboards, comparisons):
 
@@ -18,12 +16,28 @@ a point is dropped when another has "both higher" values; the two readings diffe
 * points with a missing or non-finite coordinate are never on the frontier and never dominate.
 
 On the blog's published MTP3 values both readings give the same frontier.
+
+Curve-level scalars over a run's (interactivity, throughput per GPU) points (the regression
+gate's curve metrics):
+
+- **frontier_auc**: the area dominated by the frontier down to the origin, i.e. the area under
+  the frontier's staircase (the union of the rectangles [0, x] x [0, y]). It is the 2-D
+  hypervolume with reference point (0, 0): it grows when any frontier point moves up or right and
+  does not depend on how many points the sweep had. Unit: tok/s/user x tok/s/GPU.
+- **throughput_at(x)**: throughput attainable at interactivity x, by linear interpolation between
+  neighbouring frontier points (sorted by interactivity). Left of the frontier (x below its
+  lowest interactivity) the best throughput is still attainable, so the value is that point's
+  throughput; right of it (x above the highest interactivity) the run cannot serve users that
+  fast and the value is None.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+
+Point = tuple[float, float]  # (interactivity, throughput)
 
 
 def _usable(x: float | None, y: float | None) -> bool:
@@ -61,3 +75,34 @@ def frontier_path(points: Sequence[tuple[float | None, float | None]]) -> list[i
             key = (float(points[i][0]), float(points[i][1]))  # type: ignore[arg-type]
             chosen.setdefault(key, i)
     return [chosen[key] for key in sorted(chosen, key=lambda k: (k[0], -k[1]))]
+
+
+def pareto_frontier(points: Iterable[Point]) -> list[Point]:
+    """The frontier's distinct points sorted by interactivity, ascending (throughput descends)."""
+    pts = list(points)
+    return [(float(pts[i][0]), float(pts[i][1])) for i in frontier_path(pts)]
+
+
+def frontier_auc(points: Iterable[Point]) -> float | None:
+    frontier = pareto_frontier(points)
+    if not frontier:
+        return None
+    area = 0.0
+    previous_x = 0.0
+    # Ascending x means descending y: each step adds the strip [previous_x, x] at height y.
+    for x, y in frontier:
+        area += (x - previous_x) * y
+        previous_x = x
+    return area
+
+
+def throughput_at(points: Iterable[Point], interactivity: float) -> float | None:
+    frontier = pareto_frontier(points)
+    if not frontier:
+        return None
+    if interactivity <= frontier[0][0]:
+        return frontier[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(frontier):
+        if x0 <= interactivity <= x1:
+            return y0 + (y1 - y0) * (interactivity - x0) / (x1 - x0)
+    return None

@@ -82,26 +82,41 @@ def gauge_per_scrape(
     return [(t, float(fold(v))) for t, v in sorted(by_time.items())]
 
 
-def counter_delta(
-    samples: Iterable[Sample], name: str, *, where: dict[str, str] | None = None
-) -> tuple[float | None, int]:
-    """(increase over the window summed over series, resets seen); None when never sampled."""
+def counter_increase(before: float, after: float) -> float:
+    """Increase of one counter series between two scrapes. A drop is a reset (the server
+    restarted): the counter started again from 0, so its new value is the whole increase."""
+    return after - before if after >= before else after
+
+
+def counter_series(
+    samples: Iterable[Sample],
+    name: str,
+    *,
+    where: dict[str, str] | None = None,
+    clock: str = "monotonic",
+) -> list[list[tuple[float, float]]]:
+    """[(time, value)] per series (name + labels) of a counter, sorted by time (``clock``:
+    the samples' ``monotonic`` or ``timestamp``)."""
     names = _names(name)
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for s in samples:
         if _matches(s, names, where):
-            series[_series_key(s)].append((s.monotonic, s.value))
+            series[_series_key(s)].append((getattr(s, clock), s.value))
+    return [sorted(points) for points in series.values()]
+
+
+def counter_delta(
+    samples: Iterable[Sample], name: str, *, where: dict[str, str] | None = None
+) -> tuple[float | None, int]:
+    """(increase over the window summed over series, resets seen); None when never sampled."""
+    series = counter_series(samples, name, where=where)
     if not series:
         return None, 0
     total, resets = 0.0, 0
-    for points in series.values():
-        points.sort()
+    for points in series:
         for (_, before), (_, after) in itertools.pairwise(points):
-            if after >= before:
-                total += after - before
-            else:
-                resets += 1
-                total += after
+            total += counter_increase(before, after)
+            resets += after < before
     return total, resets
 
 

@@ -17,10 +17,10 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
-    "make_deployment": "harness.capacity.formulas",
+    "make_deployment": "harness.capacity.deployment",
     "evaluate": "harness.capacity.formulas",
     "evaluate_many": "harness.capacity.formulas",
-    "Deployment": "harness.capacity.formulas",
+    "Deployment": "harness.capacity.deployment",
     "SeqResult": "harness.capacity.formulas",
     "capacity_figures": "harness.capacity.figures",
     "write_html": "harness.capacity.figures",

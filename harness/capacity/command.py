@@ -7,14 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.capacity.formulas import (
+from harness.capacity.deployment import (
     DEFAULT_INDEXER_OFFLOAD_GIB,
-    DEFAULT_SEQ_LEN,
     DEFAULT_SYSTEM_RAM_GIB,
-    evaluate_many,
     make_deployment,
-    parse_seq_range,
 )
+from harness.capacity.formulas import DEFAULT_SEQ_LEN, evaluate_many, parse_seq_range
+from harness.capacity.render import render_comparison, render_results
 from harness.errors import ConfigError
 
 # Options that describe the deployment; with --run the run's profile supplies them instead.
@@ -52,8 +51,8 @@ def run_capacity(options: dict[str, Any], echo: Callable[[str], None] = print) -
         options.get("model") or "glm-5.3",
         gpu=(options.get("gpu") or "h200"),
         hbm_gib=options.get("hbm_gib"),
-        tp=options.get("tp") or 8,
-        dp=options.get("dp") or 1,
+        tp=_or(options.get("tp"), 8),
+        dp=_or(options.get("dp"), 1),
         ep=True if options.get("ep") is None else bool(options["ep"]),
         kv_dtype=options.get("kv_dtype") or "fp8",
         max_seqs=options.get("max_seqs"),
@@ -71,6 +70,7 @@ def run_capacity(options: dict[str, Any], echo: Callable[[str], None] = print) -
         raise ConfigError(f"--bar-concurrency {concurrency}: must be >= 0")
     results = evaluate_many(dep, _seq_lens(options), concurrency=concurrency)
     if options.get("plot"):
+        # Imported here: plotly and the run records stay off the calculator's quick path.
         from harness.capacity.figures import capacity_figures, write_html
 
         path = write_html(
@@ -81,12 +81,10 @@ def run_capacity(options: dict[str, Any], echo: Callable[[str], None] = print) -
         echo(f"wrote {path}")
     if options.get("as_json"):
         return json.dumps([r.to_json() for r in results], indent=2)
-    from harness.capacity.render import render_results
-
     return render_results(results)
 
 
-def _or(value: Any, default: float) -> float:
+def _or(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
@@ -101,7 +99,7 @@ def _run_comparison(options: dict[str, Any], echo: Callable[[str], None]) -> str
             f"(only --model, --gpu/--hbm-gib, --kv-gib-per-gpu, --system-ram-gib, "
             f"--indexer-offload-gib, --json and --plot apply)"
         )
-    from harness.capacity.measured import compare_run
+    from harness.capacity.measured import compare_run  # the run records (pydantic) load here
 
     comparison = compare_run(
         Path(options["run_dir"]),
@@ -123,6 +121,4 @@ def _run_comparison(options: dict[str, Any], echo: Callable[[str], None]) -> str
         echo(f"wrote {path}")
     if options.get("as_json"):
         return json.dumps(comparison.to_json(), indent=2)
-    from harness.capacity.render import render_comparison
-
     return render_comparison(comparison)

@@ -8,14 +8,9 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.capacity.formulas import (
-    CHART_SEQ_LENS,
-    GIB,
-    Deployment,
-    SeqResult,
-    Variant,
-    chart_curve,
-)
+from harness.capacity.deployment import GIB, Deployment
+from harness.capacity.formulas import CHART_SEQ_LENS, SeqResult, Variant, chart_curve
+from harness.capacity.measured import RunComparison, compare_run
 from harness.results import atomic_write_text
 
 if TYPE_CHECKING:
@@ -95,26 +90,7 @@ def concurrency_figure(
             hovertemplate="%{x:,} tokens<br>%{y:,} requests",
         )
     )
-    only = [p[0] for p in default if p[1] == 0 and p[2] > 0]
-    if only:
-        fig.add_vrect(
-            x0=only[0],
-            x1=only[-1],
-            fillcolor=HISPARSE_COLOUR,
-            opacity=0.1,
-            line_width=0,
-        )
-        # Annotations on a log axis take log10 coordinates (vrect's own annotation misplaces).
-        centre = (math.log10(only[0]) + math.log10(only[-1])) / 2
-        fig.add_annotation(
-            x=centre,
-            y=1,
-            yref="paper",
-            yanchor="bottom",
-            showarrow=False,
-            text="HiSparse only",
-            font={"color": HISPARSE_COLOUR},
-        )
+    _hisparse_only_band(fig, [p[0] for p in default if p[1] == 0 and p[2] > 0])
     for seq in selected:
         fig.add_vline(x=seq, line={"color": BASELINE_COLOUR, "dash": "dot", "width": 1})
     if measured:
@@ -131,6 +107,29 @@ def concurrency_figure(
                 hovertemplate="%{text}: %{y:.1f} running at ~%{x:,} tokens",
             )
         )
+    _concurrency_layout(fig, dep, grid, peak)
+    return fig
+
+
+def _hisparse_only_band(fig: go.Figure, only: list[int]) -> None:
+    """Shade the sequence lengths only HiSparse can serve."""
+    if not only:
+        return
+    fig.add_vrect(x0=only[0], x1=only[-1], fillcolor=HISPARSE_COLOUR, opacity=0.1, line_width=0)
+    # Annotations on a log axis take log10 coordinates (vrect's own annotation misplaces).
+    centre = (math.log10(only[0]) + math.log10(only[-1])) / 2
+    fig.add_annotation(
+        x=centre,
+        y=1,
+        yref="paper",
+        yanchor="bottom",
+        showarrow=False,
+        text="HiSparse only",
+        font={"color": HISPARSE_COLOUR},
+    )
+
+
+def _concurrency_layout(fig: go.Figure, dep: Deployment, grid: list[int], peak: float) -> None:
     y_max = max(4, 2 ** math.ceil(math.log2(peak)))
     ticks = [t for t in (8192, 32768, 131072, 524288, 1048576) if grid[0] <= t <= grid[-1]]
     fig.update_layout(
@@ -155,7 +154,6 @@ def concurrency_figure(
         template="plotly_white",
         margin={"t": 60},
     )
-    return fig
 
 
 def composition_figure(result: SeqResult, *, variant: Variant | None = None) -> go.Figure:
@@ -210,8 +208,6 @@ def capacity_figures(
     the curve. A run whose model has no capacity file raises `NoCapacityModel` (a ConfigError).
     """
     if run is not None:
-        from harness.capacity.measured import RunComparison, compare_run
-
         comparison = run if isinstance(run, RunComparison) else compare_run(run, **run_options)
         dep = comparison.deployment
         results = comparison.results

@@ -17,12 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.capacity.formulas import Deployment, SeqResult, evaluate, make_deployment
+from harness.capacity.deployment import Deployment, make_deployment
+from harness.capacity.formulas import SeqResult, evaluate
 from harness.capacity.model import ModelSpec, find_model_for, load_model
+from harness.config import read_yaml
 from harness.errors import ConfigError
+from harness.paths import DATASETS_DIR
 from harness.results import PointRecord, Run, load_run
 
-# "HiSparse HMA: X GiB host source (N blocks), Y GiB shared GPU indexer/resident/hot pool (M blocks)"
+# "HiSparse HMA: X GiB host source (N blocks),
+#  Y GiB shared GPU indexer/resident/hot pool (M blocks)"
 HMA_LINE = re.compile(
     r"HiSparse HMA:\s*([\d.]+) GiB host source \(([\d,]+) blocks\),\s*([\d.]+) GiB shared GPU"
     r"[^(]*\(([\d,]+) blocks\)"
@@ -204,6 +208,17 @@ class ServeFacts:
     spec_tokens: int | None
     offload_gib: float | None
 
+    def topology(self) -> dict[str, Any]:
+        """The `make_deployment` arguments the profile fixes."""
+        return {
+            "tp": self.tp,
+            "dp": self.dp,
+            "ep": self.ep,
+            "kv_dtype": self.kv_dtype,
+            "max_seqs": self.max_seqs,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+        }
+
 
 def serve_facts(profile: dict[str, Any]) -> ServeFacts:
     # vLLM config files accept long option names with dashes or underscores
@@ -349,14 +364,10 @@ def _recipe_numbers(run: Run) -> dict[str, Any]:
         candidates = [Path(recipe)] if isinstance(recipe, str) else []
         spec = run.manifest.dataset.get("spec") or run.manifest.sweep.get("dataset")
         if isinstance(spec, str):
-            from harness.paths import DATASETS_DIR
-
             candidates += [Path(spec), DATASETS_DIR / f"{spec}.yaml"]
         for path in candidates:
             if path.suffix in (".yaml", ".yml") and path.is_file():
-                import yaml
-
-                data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+                data = read_yaml(path, "dataset recipe") or {}
                 for key in ("first_turn_length", "subsequent_turn_length", "num_turns"):
                     numbers.setdefault(key, _find_key(data, key))
                 break
@@ -442,6 +453,76 @@ def resolve_run_model(run: Run, model: str | None = None) -> ModelSpec:
     return found
 
 
+def _run_deployment(
+    loaded: Run,
+    spec: ModelSpec,
+    facts: ServeFacts,
+    options: dict[str, Any],
+    notes: list[str],
+) -> Deployment:
+    """The calculator deployment the run's profile describes (``options``: the CLI's
+    gpu, hbm_gib, kv_gib_per_gpu, system_ram_gib, indexer_offload_gib overrides)."""
+    gpu, hbm_gib = options["gpu"], options["hbm_gib"]
+    launch = loaded.manifest.launch or {}
+    if gpu is None and hbm_gib is None:
+        gpu = _gpu_from_host(loaded.manifest.host) or _gpu_from_host(launch.get("host") or {})
+        if gpu is None:
+            gpu = "h200"
+            notes.append("GPU type not found in the run's host facts; assuming H200 (use --gpu)")
+    hot_rows = facts.device_buffer_size
+    if facts.max_seqs is None:
+        notes.append(
+            "profile has no max-num-seqs; using the calculator's default "
+            f"{spec.calculator_max_seqs}"
+        )
+    offload = options["indexer_offload_gib"]
+    ram = options["system_ram_gib"]
+    return make_deployment(
+        spec,
+        gpu=gpu,
+        hbm_gib=hbm_gib,
+        hot_rows=hot_rows,
+        spec_tokens=facts.spec_tokens if hot_rows is None else None,
+        host_pool_gib=facts.host_pool_gib if facts.hisparse else None,
+        indexer_offload_gib=offload if offload is not None else (facts.offload_gib or 0.0),
+        system_ram_gib=ram if ram is not None else 4096.0,
+        kv_gib_per_gpu=options["kv_gib_per_gpu"],
+        **facts.topology(),
+    )
+
+
+def _pool_notes(loaded: Run, dep: Deployment, facts: ServeFacts) -> list[str]:
+    """How vLLM's own KV pool (from the launch log) and the profile compare with the model."""
+    notes = []
+    kv_capacity = (loaded.manifest.launch or {}).get("kv_capacity") or {}
+    kv_tokens = kv_capacity.get("kv_cache_tokens")
+    for line in kv_capacity.get("lines") or []:
+        match = HMA_LINE.search(str(line))
+        if match and facts.hisparse:
+            gpu_gib, pages = float(match.group(3)), int(match.group(4).replace(",", ""))
+            notes.append(
+                f"vLLM's HiSparse GPU pool: {pages:,} pages ({gpu_gib:g} GiB); the calculator "
+                f"assumes {dep.kv_gib_per_gpu:.1f} GiB/GPU (rerun with --kv-gib-per-gpu "
+                f"{gpu_gib:g} to predict from vLLM's own pool)"
+            )
+    if isinstance(kv_tokens, int) and kv_tokens > 0 and not facts.hisparse:
+        implied = kv_tokens / dep.baseline_block_tokens * dep.baseline_block_bytes / 2**30
+        notes.append(
+            f"vLLM reported a GPU KV cache of {kv_tokens:,} tokens; at "
+            f"{dep.baseline_block_bytes:,} B per {dep.baseline_block_tokens}-token block that "
+            f"is {implied:.1f} GiB/GPU against the calculator's {dep.kv_gib_per_gpu:.1f} (rerun "
+            f"with --kv-gib-per-gpu {implied:.1f} to predict from vLLM's own pool)"
+        )
+    profile_gpus = loaded.manifest.profile.get("gpus")
+    if isinstance(profile_gpus, int) and profile_gpus > 0 and profile_gpus != dep.gpus:
+        notes.append(f"profile says gpus: {profile_gpus}, but DP x TP = {dep.gpus}")
+    if facts.hisparse and facts.host_pool_gib is None:
+        notes.append(
+            "HiSparse host_pool_gib not found in the profile; assuming a non-limiting pool"
+        )
+    return notes
+
+
 def compare_run(
     run: Run | Path | str,
     *,
@@ -456,63 +537,15 @@ def compare_run(
     spec = resolve_run_model(loaded, model)
     facts = serve_facts(loaded.manifest.profile)
     notes: list[str] = []
-    launch = loaded.manifest.launch or {}
-    if gpu is None and hbm_gib is None:
-        gpu = _gpu_from_host(loaded.manifest.host) or _gpu_from_host(launch.get("host") or {})
-        if gpu is None:
-            gpu = "h200"
-            notes.append("GPU type not found in the run's host facts; assuming H200 (use --gpu)")
-    hot_rows = facts.device_buffer_size
-    spec_tokens = facts.spec_tokens if hot_rows is None else None
-    if facts.max_seqs is None:
-        notes.append(
-            f"profile has no max-num-seqs; using the calculator's default {spec.calculator_max_seqs}"
-        )
-    dep = make_deployment(
-        spec,
-        gpu=gpu,
-        hbm_gib=hbm_gib,
-        tp=facts.tp,
-        dp=facts.dp,
-        ep=facts.ep,
-        kv_dtype=facts.kv_dtype,
-        max_seqs=facts.max_seqs,
-        hot_rows=hot_rows,
-        spec_tokens=spec_tokens,
-        host_pool_gib=facts.host_pool_gib if facts.hisparse else None,
-        indexer_offload_gib=(
-            indexer_offload_gib if indexer_offload_gib is not None else (facts.offload_gib or 0.0)
-        ),
-        system_ram_gib=system_ram_gib if system_ram_gib is not None else 4096.0,
-        kv_gib_per_gpu=kv_gib_per_gpu,
-        gpu_memory_utilization=facts.gpu_memory_utilization,
-    )
-    kv_capacity = launch.get("kv_capacity") or {}
-    kv_tokens = kv_capacity.get("kv_cache_tokens")
-    for line in kv_capacity.get("lines") or []:
-        match = HMA_LINE.search(str(line))
-        if match and facts.hisparse:
-            gpu_gib, pages = float(match.group(3)), int(match.group(4).replace(",", ""))
-            notes.append(
-                f"vLLM's HiSparse GPU pool: {pages:,} pages ({gpu_gib:g} GiB); the calculator "
-                f"assumes {dep.kv_gib_per_gpu:.1f} GiB/GPU (rerun with --kv-gib-per-gpu "
-                f"{gpu_gib:g} to predict from vLLM's own pool)"
-            )
-    if isinstance(kv_tokens, int) and kv_tokens > 0 and not facts.hisparse:
-        implied = kv_tokens / dep.baseline_block_tokens * dep.baseline_block_bytes / 2**30
-        notes.append(
-            f"vLLM reported a GPU KV cache of {kv_tokens:,} tokens; at {dep.baseline_block_bytes:,} "
-            f"B per {dep.baseline_block_tokens}-token block that is {implied:.1f} GiB/GPU against "
-            f"the calculator's {dep.kv_gib_per_gpu:.1f} (rerun with --kv-gib-per-gpu "
-            f"{implied:.1f} to predict from vLLM's own pool)"
-        )
-    profile_gpus = loaded.manifest.profile.get("gpus")
-    if isinstance(profile_gpus, int) and profile_gpus > 0 and profile_gpus != dep.gpus:
-        notes.append(f"profile says gpus: {profile_gpus}, but DP x TP = {dep.gpus}")
-    if facts.hisparse and facts.host_pool_gib is None:
-        notes.append(
-            "HiSparse host_pool_gib not found in the profile; assuming a non-limiting pool"
-        )
+    options = {
+        "gpu": gpu,
+        "hbm_gib": hbm_gib,
+        "kv_gib_per_gpu": kv_gib_per_gpu,
+        "system_ram_gib": system_ram_gib,
+        "indexer_offload_gib": indexer_offload_gib,
+    }
+    dep = _run_deployment(loaded, spec, facts, options, notes)
+    notes += _pool_notes(loaded, dep, facts)
     workload, per_point = run_workload(loaded)
     seq_mean = math.ceil(workload.mean_context) + workload.max_tokens
     seq_max = math.ceil(workload.max_context) + workload.max_tokens
@@ -535,21 +568,18 @@ def compare_run(
             turn_list = workload.turn_contexts[: point.turns or None]
             mean_ctx = statistics.fmean(turn_list)
             max_ctx = max(turn_list)
+        at_mean = at(math.ceil(mean_ctx) + workload.max_tokens)
         comparisons.append(
             PointComparison(
                 point=point,
                 mean_context=mean_ctx,
                 max_context=max_ctx,
-                predicted_at_mean=predicted_total(
-                    at(math.ceil(mean_ctx) + workload.max_tokens), facts.hisparse
-                ),
+                predicted_at_mean=predicted_total(at_mean, facts.hisparse),
                 predicted_at_max=predicted_total(
                     at(math.ceil(max_ctx) + workload.max_tokens), facts.hisparse
                 ),
                 measured=point.metrics.get("occupancy"),
-                fluid_at_mean=fluid_total(
-                    at(math.ceil(mean_ctx) + workload.max_tokens), facts.hisparse
-                ),
+                fluid_at_mean=fluid_total(at_mean, facts.hisparse),
             )
         )
     return RunComparison(

@@ -18,8 +18,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from harness.errors import ConfigError
 from harness.paths import MODELS_DIR, cache_dir
 
@@ -139,13 +137,10 @@ def load_model_file(path: Path, *, use_cache: bool = True) -> ModelSpec:
             return ModelSpec.from_validated(json.loads(cached.read_text("utf-8")), path)
         except (OSError, ValueError, KeyError, TypeError):
             pass  # a damaged cache entry: validate again
-    try:
-        raw = yaml.safe_load(content)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    # Imported here, not at the top: a warm cache must not pay for pydantic (model_schema's doc).
     from harness.capacity.model_schema import validate_model_file
 
-    data = validate_model_file(path, raw)
+    data = validate_model_file(path, content)
     if cached is not None:
         _write_cache(cached, data)
     return ModelSpec.from_validated(data, path)

@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from harness.config import parse_yaml, require_mapping, validate
 from harness.errors import ConfigError
 
 KvDtype = Literal["fp8", "bf16"]
@@ -162,16 +163,10 @@ def _check_decomposition(path: Path, spec: ModelFile) -> None:
                     )
 
 
-def validate_model_file(path: Path, raw: Any) -> dict[str, Any]:
+def validate_model_file(path: Path, content: bytes | str) -> dict[str, Any]:
     """The file's content, validated and normalised; ConfigError naming the file and key."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
-    try:
-        spec = ModelFile.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        raise ConfigError(f"{path}: key {where!r}: {first['msg']}") from None
+    raw = parse_yaml(content, path)
+    spec = validate(ModelFile, require_mapping(raw, path, "capacity model file"), path)
     _check_sources(path, raw)
     _check_decomposition(path, spec)
     return spec.model_dump(mode="json")

@@ -6,7 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from harness.capacity.formulas import GIB, Deployment, SeqResult, Variant
+from harness.capacity.deployment import GIB, Deployment
+from harness.capacity.formulas import SeqResult, Variant
 
 if TYPE_CHECKING:
     from harness.capacity.measured import RunComparison
@@ -109,12 +110,13 @@ def render_variant_detail(r: SeqResult, v: Variant, label: str) -> list[str]:
     lines = [
         (
             f"{r.seq_len:,} tokens, {label} ({v.hot_rows:,} hot rows): per DP rank baseline "
-            f"{lim.baseline_limit:,} (pool {lim.baseline_pool:,} blocks / {lim.baseline_per_request:,} "
-            f"per request), HiSparse GPU {lim.hisparse_gpu_limit:,} (pool {lim.gpu_pool:,} pages / "
+            f"{lim.baseline_limit:,} (pool {lim.baseline_pool:,} blocks / "
+            f"{lim.baseline_per_request:,} per request), HiSparse GPU "
+            f"{lim.hisparse_gpu_limit:,} (pool {lim.gpu_pool:,} pages / "
             f"{lim.hisparse_gpu_per_request:,} = indexer {lim.indexer_per_request:,} + hot "
             f"{lim.hot_per_request:,} + retained {lim.resident_per_request:,} + other "
-            f"{dep.other_gpu_blocks}), host {host_limit} (pool {v.effective_host_pool_gib:,.2f} GiB), "
-            f"final {lim.hisparse_limit:,}"
+            f"{dep.other_gpu_blocks}), host {host_limit} "
+            f"(pool {v.effective_host_pool_gib:,.2f} GiB), final {lim.hisparse_limit:,}"
         ),
         f"  GPU HBM per DP group at {comp['concurrency_per_dp']:,} requests "
         f"({_gib(gpu['total_bytes'])} GiB): "
@@ -190,9 +192,9 @@ def render_comparison(c: RunComparison) -> str:
     if not c.points:
         lines.append("(no finished points in this run)")
     lines.append(
-        "ratio = measured occupancy / predicted limit at the mean context; bound = min(concurrency, "
-        "that limit); fluid = that limit before flooring (pool / blocks per request), closer to "
-        "a mixed-length average"
+        "ratio = measured occupancy / predicted limit at the mean context; "
+        "bound = min(concurrency, that limit); fluid = that limit before flooring "
+        "(pool / blocks per request), closer to a mixed-length average"
     )
     lines += [f"note: {n}" for n in c.notes]
     return "\n".join(lines)

@@ -2,14 +2,85 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def register(group: click.Group) -> None:
     """Add this area's commands to the `repro` group."""
     group.add_command(capacity)
+
+
+# The calculator's numeric inputs, in --help order: (option, type, help). None is "not given":
+# the model file or the run's profile supplies the value.
+_NUMBERS: tuple[tuple[str, Any, str], ...] = (
+    ("--hbm-gib", float, "GPU memory in GiB instead of --gpu."),
+    ("--tp", click.IntRange(min=1), "Tensor parallel size [default: 8]."),
+    ("--dp", click.IntRange(min=1), "Data parallel size [default: 1]."),
+)
+_SIZES: tuple[tuple[str, Any, str], ...] = (
+    ("--hot-rows", int, "Hot-buffer rows of the calculator figure [default: 2 x top-K = 4096]."),
+    (
+        "--spec-tokens",
+        int,
+        (
+            "Speculative (MTP) tokens: adds a figure with hot rows = (K + 2) x top-K "
+            "(vLLM's device_buffer_size default; the calculator has no MTP input)."
+        ),
+    ),
+    (
+        "--host-pool-gib",
+        float,
+        (
+            "HiSparse host pool per DP rank [default: the minimum non-limiting pool, "
+            "clamped to 16..4096, as the calculator]."
+        ),
+    ),
+    (
+        "--indexer-offload-gib",
+        float,
+        "Native indexer offload pool, total GiB (0 = off) [default: 128].",
+    ),
+    ("--system-ram-gib", float, "System RAM budget for host pools [default: 4096]."),
+)
+_LIMITS: tuple[tuple[str, Any, str], ...] = (
+    ("--max-seqs", int, "Max sequences per DP rank [default: 1024, the calculator's]."),
+    (
+        "--kv-gib-per-gpu",
+        float,
+        "Available KV HBM per GPU, overriding the estimate (e.g. vLLM's log value).",
+    ),
+    ("--baseline-block-bytes", int, "Advanced: baseline block bytes."),
+    ("--hisparse-block-bytes", int, "Advanced: HiSparse GPU page bytes."),
+    ("--host-block-bytes", int, "Advanced: host block bytes."),
+    ("--baseline-block-tokens", int, "Advanced: baseline block tokens."),
+    ("--gpu-block-tokens", int, "Advanced: GPU block tokens."),
+    ("--host-block-tokens", int, "Advanced: host block tokens."),
+    ("--groups", int, "Advanced: hot/resident groups."),
+    ("--retained-pages", int, "Advanced: retained pages per group."),
+    ("--other-gpu-blocks", int, "Advanced: other GPU blocks per request."),
+    (
+        "--bar-concurrency",
+        int,
+        "Requests per DP group for the memory bars [default: the HiSparse limit].",
+    ),
+)
+
+
+def _numbers(table: tuple[tuple[str, Any, str], ...]) -> Callable[[F], F]:
+    """Decorate with one optional option per row of ``table``, in the table's order."""
+
+    def apply(func: F) -> F:
+        for name, kind, text in reversed(table):
+            func = click.option(name, type=kind, default=None, help=text)(func)
+        return func
+
+    return apply
 
 
 @click.command(
@@ -42,9 +113,7 @@ def register(group: click.Group) -> None:
     default=None,
     help="GPU preset (141 / 180 / 288 GB) [default: h200].",
 )
-@click.option("--hbm-gib", type=float, default=None, help="GPU memory in GiB instead of --gpu.")
-@click.option("--tp", type=int, default=None, help="Tensor parallel size [default: 8].")
-@click.option("--dp", type=int, default=None, help="Data parallel size [default: 1].")
+@_numbers(_NUMBERS)
 @click.option(
     "--ep/--no-ep",
     default=None,
@@ -69,81 +138,14 @@ def register(group: click.Group) -> None:
     metavar="START:STOP:STEP",
     help="Sequence lengths START..STOP (inclusive) every STEP tokens.",
 )
-@click.option(
-    "--hot-rows",
-    type=int,
-    default=None,
-    help="Hot-buffer rows of the calculator figure [default: 2 x top-K = 4096].",
-)
-@click.option(
-    "--spec-tokens",
-    type=int,
-    default=None,
-    help="Speculative (MTP) tokens: adds a figure with hot rows = (K + 2) x top-K "
-    "(vLLM's device_buffer_size default; the calculator has no MTP input).",
-)
-@click.option(
-    "--host-pool-gib",
-    type=float,
-    default=None,
-    help="HiSparse host pool per DP rank [default: the minimum non-limiting pool, "
-    "clamped to 16..4096, as the calculator].",
-)
-@click.option(
-    "--indexer-offload-gib",
-    type=float,
-    default=None,
-    help="Native indexer offload pool, total GiB (0 = off) [default: 128].",
-)
-@click.option(
-    "--system-ram-gib",
-    type=float,
-    default=None,
-    help="System RAM budget for host pools [default: 4096].",
-)
+@_numbers(_SIZES)
 @click.option(
     "--share-host/--no-share-host",
     default=True,
     show_default=True,
     help="One host pool per DP rank shared by its TP ranks (else one per rank).",
 )
-@click.option(
-    "--max-seqs",
-    type=int,
-    default=None,
-    help="Max sequences per DP rank [default: 1024, the calculator's].",
-)
-@click.option(
-    "--kv-gib-per-gpu",
-    type=float,
-    default=None,
-    help="Available KV HBM per GPU, overriding the estimate (e.g. vLLM's log value).",
-)
-@click.option(
-    "--baseline-block-bytes", type=int, default=None, help="Advanced: baseline block bytes."
-)
-@click.option(
-    "--hisparse-block-bytes", type=int, default=None, help="Advanced: HiSparse GPU page bytes."
-)
-@click.option("--host-block-bytes", type=int, default=None, help="Advanced: host block bytes.")
-@click.option(
-    "--baseline-block-tokens", type=int, default=None, help="Advanced: baseline block tokens."
-)
-@click.option("--gpu-block-tokens", type=int, default=None, help="Advanced: GPU block tokens.")
-@click.option("--host-block-tokens", type=int, default=None, help="Advanced: host block tokens.")
-@click.option("--groups", type=int, default=None, help="Advanced: hot/resident groups.")
-@click.option(
-    "--retained-pages", type=int, default=None, help="Advanced: retained pages per group."
-)
-@click.option(
-    "--other-gpu-blocks", type=int, default=None, help="Advanced: other GPU blocks per request."
-)
-@click.option(
-    "--bar-concurrency",
-    type=int,
-    default=None,
-    help="Requests per DP group for the memory bars [default: the HiSparse limit].",
-)
+@_numbers(_LIMITS)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.option(
     "--plot",

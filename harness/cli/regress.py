@@ -9,7 +9,23 @@ from pathlib import Path
 
 import click
 
+from harness.errors import ReproError
+
 _RUN = click.Path(exists=True, file_okay=False, path_type=Path)
+_CLAIMS = click.option(
+    "--claims",
+    "claims_path",
+    type=click.Path(path_type=Path),
+    help="Claims file (default: launch/claims/cpu-tiny.yaml for CPU runs, "
+    "glm53-blog.yaml for GPU runs).",
+)
+_DB = click.option(
+    "--db",
+    "history_path",
+    type=click.Path(path_type=Path),
+    envvar="REPRO_HISTORY",
+    help="History database (default results/history.sqlite; env REPRO_HISTORY).",
+)
 
 
 def _exit(code: int) -> None:
@@ -43,13 +59,7 @@ def _write_markdown(path: Path | None, text: str) -> None:
     help="Policy file (default: launch/policies/cpu.yaml for CPU profiles, "
     "default.yaml for GPU arms).",
 )
-@click.option(
-    "--db",
-    "history_path",
-    type=click.Path(path_type=Path),
-    envvar="REPRO_HISTORY",
-    help="History database (default results/history.sqlite; env REPRO_HISTORY).",
-)
+@_DB
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 @click.option(
     "--markdown",
@@ -78,7 +88,8 @@ def regress_cmd(
     not comparable (different workload or dataset, invalid or missing points). The rules are in
     `harness/gate/regress.py`'s docstring; thresholds in the policy file.
     """
-    from harness.gate.regress import regress, render_json, render_markdown, render_table
+    from harness.gate.judge import regress
+    from harness.gate.regress import render_json, render_markdown, render_table
 
     verdict = regress(
         candidate,
@@ -109,13 +120,7 @@ def _parse_arm(values: tuple[str, ...]) -> dict[str, Path]:
 
 @claims_group.command("check")
 @click.argument("runs", nargs=-1, type=_RUN)
-@click.option(
-    "--claims",
-    "claims_path",
-    type=click.Path(path_type=Path),
-    help="Claims file (default: launch/claims/cpu-tiny.yaml for CPU runs, "
-    "glm53-blog.yaml for GPU runs).",
-)
+@_CLAIMS
 @click.option(
     "--arm",
     "arms",
@@ -142,15 +147,6 @@ def claims_check(
         click.echo(render_claims(results, notes))
     _write_markdown(markdown, render_claims(results, notes, markdown=True))
     _exit(claims_exit_code(results))
-
-
-_DB = click.option(
-    "--db",
-    "history_path",
-    type=click.Path(path_type=Path),
-    envvar="REPRO_HISTORY",
-    help="History database (default results/history.sqlite; env REPRO_HISTORY).",
-)
 
 
 @click.group("history")
@@ -226,14 +222,28 @@ def history_show(ref: str, history_path: Path | None) -> None:
         click.echo(f"  {_when(ev['at'])}  {ev['state']:8}  by {ev['actor']}: {ev['reason']}")
 
 
-def _set_state(ref: str, state: str, reason: str, history_path: Path | None) -> None:
-    from harness.gate.history import History
+def _set_state(
+    ref: str, state: str, reason: str, history_path: Path | None, *, force: bool = False
+) -> None:
+    from harness.analysis.groups import point_rows
+    from harness.gate.history import History, baseline_problem
     from harness.results import load_run
 
     history = History.open(history_path)
     path = Path(ref)
-    if path.is_dir() and (path / "manifest.json").is_file():
-        entry = history.record(load_run(path), state=state, reason=reason)  # recorded if new
+    run = load_run(path) if path.is_dir() and (path / "manifest.json").is_file() else None
+    if state == "accepted":
+        if run is not None:
+            problem = baseline_problem(run.manifest.model_dump(mode="json"), point_rows(run))
+        else:
+            entry = history.entry(ref.lstrip("#"))
+            problem = baseline_problem(entry.manifest, entry.points)
+        if problem and not force:
+            raise ReproError(f"{ref}: not accepted as a baseline: {problem} (--force to accept)")
+        if problem:
+            reason = f"{reason} [forced: {problem}]"
+    if run is not None:
+        entry = history.record(run, state=state, reason=reason)  # recorded if new
     else:
         entry = history.set_state(ref.lstrip("#"), state, reason)
     click.echo(f"#{entry.ref} {entry.run_id}: {entry.state} [{entry.key}]")
@@ -242,10 +252,18 @@ def _set_state(ref: str, state: str, reason: str, history_path: Path | None) -> 
 @history_group.command("accept")
 @click.argument("ref")
 @click.option("--reason", default="accepted by hand", show_default=True)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Accept a run that is not complete or has no valid point (recorded in the reason).",
+)
 @_DB
-def history_accept(ref: str, reason: str, history_path: Path | None) -> None:
-    """Accept a run (REF: #id, run id, or a run directory, recorded if new) as a baseline."""
-    _set_state(ref, "accepted", reason, history_path)
+def history_accept(ref: str, reason: str, force: bool, history_path: Path | None) -> None:
+    """Accept a run (REF: #id, run id, or a run directory, recorded if new) as a baseline.
+
+    A failed, partial or empty run (status not complete, or no valid point) is refused unless
+    --force is given."""
+    _set_state(ref, "accepted", reason, history_path, force=force)
 
 
 @history_group.command("reject")
@@ -273,13 +291,7 @@ def history_reject(ref: str, reason: str, history_path: Path | None) -> None:
     "part of the candidate, like the build: judged against the plain profile's "
     "history (e.g. a deliberately degraded server).",
 )
-@click.option(
-    "--claims",
-    "claims_path",
-    type=click.Path(path_type=Path),
-    help="Claims file (default: launch/claims/cpu-tiny.yaml for CPU arms, "
-    "glm53-blog.yaml for GPU arms).",
-)
+@_CLAIMS
 @click.option(
     "--policy",
     type=click.Path(path_type=Path),

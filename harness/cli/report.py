@@ -72,7 +72,8 @@ def compare(a: str, b: str, as_json: bool, tolerance: float | None, include_empt
     B-A, B/A and whether B is better or worse given the metric's direction (higher or lower is
     better); metrics without a direction are informational. A last block compares whole-curve
     scalars (frontier AUC under both definitions, best throughput, most requests running).
-    Exit status is 0 whatever the verdicts (use `repro regress` for a gate).
+    Runs with different workloads (dataset, points, output length...) are compared with a
+    warning on stderr. Exit status is 0 whatever the verdicts (use `repro regress` for a gate).
 
     \b
     Examples:
@@ -85,12 +86,16 @@ def compare(a: str, b: str, as_json: bool, tolerance: float | None, include_empt
         compare_json,
         compare_runs,
         render_table,
+        workload_warning,
     )
     from harness.report.dashboard import resolve_run_dir
     from harness.results import load_run
 
     tol = DEFAULT_TOLERANCE if tolerance is None else tolerance
     run_a, run_b = load_run(resolve_run_dir(a)), load_run(resolve_run_dir(b))
+    warning = workload_warning(run_a, run_b)
+    if warning:
+        click.echo(warning, err=True)
     rows = compare_runs(run_a, run_b, tolerance=tol)
     curves = compare_curves(run_a, run_b, tolerance=tol)
     if as_json:

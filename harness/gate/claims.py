@@ -35,10 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harness.errors import ConfigError, ReproError
+from harness.analysis.groups import group_by_point
+from harness.config import load_yaml
+from harness.errors import ReproError
 from harness.paths import CLAIMS_DIR
 from harness.results import METRICS, PointRecord, Run, load_run
 
@@ -114,23 +115,7 @@ def load_claims(path: Path | str) -> ClaimsFile:
     path = Path(path)
     if not path.is_file() and not path.suffix and (CLAIMS_DIR / f"{path}.yaml").is_file():
         path = CLAIMS_DIR / f"{path}.yaml"
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: claims file not found") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
-    try:
-        return ClaimsFile.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        message = first["msg"].removeprefix("Value error, ")
-        if first["type"] == "extra_forbidden":
-            message = "unknown key"
-        raise ConfigError(
-            f"{path}: key {where!r}: {message}" if where else f"{path}: {message}"
-        ) from None
+    return load_yaml(path, ClaimsFile, "claims file")
 
 
 @dataclass
@@ -145,10 +130,7 @@ class ClaimResult:
 
 def _points(run: Run, selector: str) -> list[list[PointRecord]]:
     """Groups of repeats (valid ones) for the selected point(s)."""
-    groups: dict[tuple[int, int], list[PointRecord]] = {}
-    for p in run.points:
-        groups.setdefault((p.parallel, p.number), []).append(p)
-    ordered = [groups[k] for k in sorted(groups)]
+    ordered = list(group_by_point(run.points).values())
     if selector == "all":
         return ordered
     if selector == "top":

@@ -10,7 +10,7 @@ Two tables, both insert-only (triggers abort any UPDATE or DELETE):
   run stays visible as rejected and the full story stays in ``repro history show``.
 
 History key = ``<profile>[+set-<hash of overrides>]/wl-<workload hash>/hw-<hardware hash>``:
-the profile, the client workload (:func:`harness.gate.regress.workload_identity`) and the hardware
+the profile, the client workload (:func:`harness.identity.workload_identity`) and the hardware
 (:func:`hardware_fingerprint`). The build is deliberately not in the key: nightly builds change
 every night and are what the history watches.
 """
@@ -29,14 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.analysis.groups import point_rows
 from harness.errors import ReproError, RunError
-from harness.gate.regress import (
-    RunView,
-    point_rows,
-    view_from_parts,
-    workload_hash,
-    workload_identity,
-)
+from harness.gate.regress import RunView, view_from_parts
+from harness.identity import workload_id, workload_identity
 from harness.paths import results_dir
 from harness.results import Run
 
@@ -144,9 +140,23 @@ def history_key(manifest_data: dict[str, Any], *, include_overrides: bool = True
     if overrides:
         digest = hashlib.sha256("\n".join(sorted(overrides)).encode()).hexdigest()[:6]
         profile = f"{profile}+set-{digest}"
-    workload = workload_hash(workload_identity(manifest_data))
+    workload = workload_id(workload_identity(manifest_data))
     hardware = hardware_fingerprint(manifest_data.get("host") or {})
     return f"{profile}/wl-{workload}/hw-{hardware}"
+
+
+def baseline_problem(manifest_data: dict[str, Any], points: list[dict[str, Any]]) -> str | None:
+    """Why a run (manifest as JSON data, :func:`point_rows` rows) is unfit as a baseline, or None.
+
+    A baseline must be a complete run with at least one valid point; `repro history accept`
+    refuses anything else unless forced."""
+    problems = []
+    status = manifest_data.get("status")
+    if status != "complete":
+        problems.append(f"status {status!r}")
+    if not any(p.get("valid") for p in points):
+        problems.append(f"0 valid points of {len(points)}")
+    return ", ".join(problems) or None
 
 
 @dataclass

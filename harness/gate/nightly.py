@@ -17,9 +17,10 @@ Per arm (profile):
    were invalid or the sweep failed (then ``rejected``, with the reason; ``repro history accept``
    overrides it later, e.g. for an expected step change).
 
-Then the claims (``harness.gate.claims``) over all arms, a dashboard (``harness.report.dashboard``) and a
-markdown summary (also appended to ``$GITHUB_STEP_SUMMARY`` when set). Exit code: 2 if any arm
-failed or was incomparable, else 1 if any arm regressed or any claim fails, else 0.
+Then the claims (``harness.gate.claims``) over all arms, a dashboard
+(``harness.report.dashboard``) and a markdown summary (also appended to
+``$GITHUB_STEP_SUMMARY`` when set). Exit code: 2 if any arm failed or was incomparable, else 1
+if any arm regressed or any claim fails, else 0.
 """
 
 from __future__ import annotations
@@ -35,18 +36,23 @@ from typing import Any
 from harness.errors import ReproError
 from harness.gate.claims import ClaimResult, claims_exit_code, render_claims, run_claims
 from harness.gate.history import History, history_key
+from harness.gate.policy import choose_policy
 from harness.gate.regress import (
     IncomparableError,
     RunView,
     Verdict,
-    choose_policy,
+    check_comparable,
     evaluate,
     render_markdown,
     render_table,
     view_from_run,
 )
 from harness.paths import dashboards_dir, results_dir
-from harness.results import load_run
+from harness.report.dashboard import write_report
+from harness.results import atomic_write_json, atomic_write_text, load_run
+from harness.run.sweep import SweepRequest, run_sweep
+from harness.serve.builds import ensure_build
+from harness.serve.profiles import load_profile
 
 Echo = Callable[[str], None]
 
@@ -87,16 +93,12 @@ class NightlyResult:
 
 def resolve_build(build: str, echo: Echo) -> tuple[str, dict[str, Any]]:
     """Install (or reuse) the build; ``nightly@latest`` comes back as a concrete commit."""
-    from harness.serve.builds import ensure_build
-
     env = ensure_build(build, echo=echo)
     return env.name, dict(env.provenance or {})
 
 
 def _arm_overrides(name: str, build: str, overrides: Sequence[str]) -> list[str]:
     """The user's --set values, plus ``build=`` when the arm's profile pins another build."""
-    from harness.serve.profiles import load_profile
-
     profile = load_profile(name, overrides)  # validates the overrides before anything runs
     return [*overrides, f"build={build}"] if profile.build != build else list(overrides)
 
@@ -161,8 +163,6 @@ def judge_arm(
         arm.status = "new"
         arm.notes.append(f"no accepted run with key {arm.key}: this run becomes the baseline")
         view = view_from_run(run)
-        from harness.gate.regress import check_comparable
-
         check_comparable(view, [])  # still refuse invalid points or a failed run
         return
     label = f"history {arm.key} (median of {len(entries)} accepted run(s))"
@@ -195,14 +195,10 @@ def run_nightly(
     dashboard: bool = True,
     echo: Echo = print,
 ) -> NightlyResult:
-    from harness.run.sweep import SweepRequest, run_sweep
-
     if not profiles:
         raise ReproError("--profiles: give at least one profile")
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out_dir = Path(out) if out else results_dir()
-    from harness.serve.profiles import load_profile
-
     for name in profiles:  # fail on a typo before a build that may take an hour
         load_profile(name, overrides)
     history = History.open(history_path)
@@ -250,8 +246,6 @@ def run_nightly(
         result.dashboard = _dashboard(result, finished, history)
     result.summary_path = summary_path or out_dir / f"nightly-{stamp}.md"
     text = render_summary(result)
-    from harness.results import atomic_write_json, atomic_write_text
-
     atomic_write_text(result.summary_path, text)
     atomic_write_json(result.summary_path.with_suffix(".json"), summary_dict(result))
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -303,15 +297,13 @@ def _dashboard(result: NightlyResult, run_dirs: list[Path], history: History) ->
         if previous and Path(previous[-1].run_dir).is_dir():
             baseline = Path(previous[-1].run_dir)
     try:
-        from harness.report.dashboard import write_report
-
         return write_report(
             run_dirs,
             baseline=baseline,
             out=dashboards_dir() / f"nightly-{result.stamp}.html",
             title=f"repro nightly {result.stamp} ({result.build})",
         )
-    except (ImportError, ReproError, OSError) as exc:
+    except (ReproError, OSError) as exc:
         result.notes.append(f"dashboard not written: {exc}")
         return None
 

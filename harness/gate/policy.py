@@ -25,12 +25,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harness.errors import ConfigError
+from harness.config import load_yaml
 from harness.paths import LAUNCH_DIR
-from harness.results import METRICS
+from harness.results import METRICS, Run
 
 POLICIES_DIR = LAUNCH_DIR / "policies"
 DEFAULT_GPU_POLICY = POLICIES_DIR / "default.yaml"
@@ -95,25 +94,7 @@ def load_policy(path: Path | str) -> Policy:
     path = Path(path)
     if not path.is_file() and not path.suffix and (POLICIES_DIR / f"{path}.yaml").is_file():
         path = POLICIES_DIR / f"{path}.yaml"  # a bare name like "cpu"
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: policy file not found") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a policy must be a mapping with a 'metrics' key")
-    try:
-        policy = Policy.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"] if part != "after")
-        message = first["msg"].removeprefix("Value error, ")
-        if first["type"] == "extra_forbidden":
-            message = "unknown key"
-        raise ConfigError(
-            f"{path}: key {where!r}: {message}" if where else f"{path}: {message}"
-        ) from None
+    policy = load_yaml(path, Policy, "policy file")
     policy.source = path
     return policy
 
@@ -121,3 +102,11 @@ def load_policy(path: Path | str) -> Policy:
 def default_policy_path(gpus: int) -> Path:
     """CPU profiles (gpus == 0) get thresholds from measured CPU noise; GPU arms the default."""
     return DEFAULT_CPU_POLICY if gpus == 0 else DEFAULT_GPU_POLICY
+
+
+def choose_policy(candidate: Run, policy_path: Path | str | None) -> Policy:
+    """The given policy file, else the default for the candidate's hardware (CPU or GPU)."""
+    if policy_path is not None:
+        return load_policy(policy_path)
+    gpus = (candidate.manifest.profile or {}).get("gpus", candidate.manifest.gpus)
+    return load_policy(default_policy_path(int(gpus or 0)))

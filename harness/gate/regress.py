@@ -4,9 +4,11 @@ Matching. Points are matched by (parallel, number). Every point of the baseline 
 the candidate and vice versa, and every matched point must be valid (all its repeats): otherwise
 the inputs are invalid and the verdict exits 2 with the reason. Two runs are comparable when
 their *workload* is the same: dataset checksum, the sweep's points, offset, output length,
-ignore_eos, multi-turn/max-turns and the per-GPU divisor (see :func:`workload_identity`).
+ignore_eos, multi-turn/max-turns and the per-GPU divisor
+(:func:`harness.identity.workload_identity`).
 Serve flags and the build may differ - that is what a regression test compares. (The
-manifest's ``workload_key`` also hashes serve flags and build, so it is reported, not required.)
+manifest's ``workload_key``, the configuration key, also hashes serve flags and build, so it is
+reported, not required.)
 
 Values. A point's value is the median over its repeats; a history baseline's value is the
 median over the last N accepted runs of each run's value.
@@ -18,9 +20,9 @@ change counts as an infinite relative change):
 
 1. |c - b| <= f                       -> ok (below the absolute floor, whatever the ratio)
 2. worse >= t                         -> regression, unless the breach is within the noise:
-   a. the candidate has >= 2 repeats: the median's confidence interval (harness.analysis.stats.median_ci
-      at the policy's confidence) must lie entirely on the worse side of b (higher-better:
-      CI high < b; lower-better: CI low > b);
+   a. the candidate has >= 2 repeats: the median's confidence interval
+      (harness.analysis.stats.median_ci at the policy's confidence) must lie entirely on the
+      worse side of b (higher-better: CI high < b; lower-better: CI low > b);
    b. a single candidate value against a history of >= 3 accepted runs: it must also lie
       beyond the worst of those runs' values (the history's own spread);
    a breach that fails a or b is "suspicious" (breached once, within noise)
@@ -29,40 +31,33 @@ change counts as an infinite relative change):
 5. otherwise                          -> ok
 A metric present on one side only is suspicious; absent on both sides it is not judged.
 
-Curve-level metrics (harness.analysis.curves) are computed per repeat index (repeat r of every point
-forms one curve) and per baseline run, then reduced and classified exactly like a point metric. The overall status is the worst class present
+Curve-level metrics (harness.analysis.frontier) are computed per repeat index (repeat r of
+every point forms one curve) and per baseline run, then reduced and classified exactly like a
+point metric. The overall status is the worst class present
 (regression > suspicious > improvement > ok). Exit code: 1 for a regression, else 0; invalid
 or incomparable inputs raise :class:`IncomparableError` (exit 2).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from harness.analysis import curves
+from harness.analysis import frontier
+from harness.analysis.groups import PointValues, group_rows, point_rows
+from harness.analysis.stats import median_ci as default_median_ci
 from harness.errors import ReproError
 from harness.gate.policy import CurveRule, MetricRule, Policy
+from harness.identity import workload_id, workload_identity
 from harness.results import METRICS, Run
+from harness.text import fmt_number
 
 CLASSES = ("ok", "improvement", "suspicious", "regression")
 _SEVERITY = {name: rank for rank, name in enumerate(CLASSES)}
-
-# The sweep fields that define what the client sends; everything else may differ between runs.
-WORKLOAD_SWEEP_FIELDS = (
-    "points",
-    "dataset_offset",
-    "max_tokens",
-    "ignore_eos",
-    "multi_turn",
-    "max_turns",
-)
 
 
 class IncomparableError(ReproError):
@@ -70,24 +65,6 @@ class IncomparableError(ReproError):
 
 
 # --------------------------------------------------------------------------- run views
-
-
-@dataclass
-class PointValues:
-    """One (parallel, number) of a run: its repeats' metrics, reduced on demand."""
-
-    label: str
-    parallel: int
-    number: int
-    repeats: list[dict[str, float | None]] = field(default_factory=list)
-    invalid: list[str] = field(default_factory=list)  # reasons of invalid repeats
-
-    def values(self, metric: str) -> list[float]:
-        return [float(r[metric]) for r in self.repeats if r.get(metric) is not None]
-
-    def median(self, metric: str) -> float | None:
-        values = self.values(metric)
-        return statistics.median(values) if values else None
 
 
 @dataclass
@@ -99,7 +76,7 @@ class RunView:
     profile_name: str
     status: str
     workload: dict[str, Any]
-    workload_key: str
+    workload_key: str  # the manifest's configuration key (harness.identity.configuration_key)
     points: dict[tuple[int, int], PointValues]
     serve: dict[str, Any] = field(default_factory=dict)
     build: str | None = None
@@ -107,54 +84,12 @@ class RunView:
 
     @property
     def workload_id(self) -> str:
-        return workload_hash(self.workload)
-
-
-def workload_identity(manifest_data: dict[str, Any]) -> dict[str, Any]:
-    """The fields that must match for two runs to be comparable (see the module docstring)."""
-    sweep = manifest_data.get("sweep") or {}
-    dataset = manifest_data.get("dataset") or {}
-    identity: dict[str, Any] = {"dataset_sha256": dataset.get("sha256")}
-    for key in WORKLOAD_SWEEP_FIELDS:
-        value = sweep.get(key)
-        identity[key] = [list(p) for p in value] if key == "points" and value else value
-    identity["gpus"] = manifest_data.get("gpus")
-    return identity
-
-
-def workload_hash(identity: dict[str, Any]) -> str:
-    blob = json.dumps(identity, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:12]
-
-
-def point_rows(run: Run) -> list[dict[str, Any]]:
-    """Per-point records in the compact form the history stores."""
-    return [
-        {
-            "label": p.label,
-            "parallel": p.parallel,
-            "number": p.number,
-            "repeat": p.repeat,
-            "valid": p.valid,
-            "invalid_reasons": list(p.invalid_reasons),
-            "metrics": dict(p.metrics),
-        }
-        for p in run.points
-    ]
+        return workload_id(self.workload)
 
 
 def view_from_parts(
     *, name: str, source: str, manifest_data: dict[str, Any], rows: Sequence[dict[str, Any]]
 ) -> RunView:
-    points: dict[tuple[int, int], PointValues] = {}
-    for row in rows:
-        key = (int(row["parallel"]), int(row["number"]))
-        pv = points.setdefault(key, PointValues(row["label"], key[0], key[1]))
-        if row["valid"]:
-            pv.repeats.append(dict(row["metrics"]))
-        else:
-            reasons = "; ".join(row.get("invalid_reasons") or []) or "invalid"
-            pv.invalid.append(f"repeat {row.get('repeat', 0)}: {reasons}")
     profile = manifest_data.get("profile") or {}
     return RunView(
         name=name,
@@ -163,7 +98,7 @@ def view_from_parts(
         status=manifest_data.get("status", "?"),
         workload=workload_identity(manifest_data),
         workload_key=manifest_data.get("workload_key", ""),
-        points=points,
+        points=group_rows(rows),
         serve=dict(profile.get("serve") or {}),
         build=profile.get("build"),
         overrides=list(manifest_data.get("overrides") or []),
@@ -218,31 +153,11 @@ def classify(
     if abs(delta) <= floor:
         return Judgement("ok", change, worse, f"|change| {abs(delta):.4g} <= floor {floor:g}")
     if worse >= threshold:
-        if ci is not None:
-            low, high = ci
-            outside = high < baseline if direction == "higher" else low > baseline
-            if not outside:
-                return Judgement(
-                    "suspicious",
-                    change,
-                    worse,
-                    f"worse by {_pct(worse)} >= {_pct(threshold)}, but the CI "
-                    f"[{low:.4g}, {high:.4g}] includes the baseline {baseline:.4g}",
-                )
-        elif spread is not None:
-            worst = spread[0] if direction == "higher" else spread[1]
-            beyond = candidate < worst if direction == "higher" else candidate > worst
-            if not beyond:
-                return Judgement(
-                    "suspicious",
-                    change,
-                    worse,
-                    f"worse by {_pct(worse)} >= {_pct(threshold)}, but within the history's "
-                    f"range [{spread[0]:.4g}, {spread[1]:.4g}]",
-                )
-        return Judgement(
-            "regression", change, worse, f"worse by {_pct(worse)} >= {_pct(threshold)}"
-        )
+        breach = f"worse by {_pct(worse)} >= {_pct(threshold)}"
+        noise = _within_noise(baseline, candidate, direction, ci, spread)
+        if noise:
+            return Judgement("suspicious", change, worse, f"{breach}, but {noise}")
+        return Judgement("regression", change, worse, breach)
     if worse >= band * threshold:
         return Judgement(
             "suspicious",
@@ -253,6 +168,27 @@ def classify(
     if -worse >= threshold:
         return Judgement("improvement", change, worse, f"better by {_pct(-worse)}")
     return Judgement("ok", change, worse, "within threshold")
+
+
+def _within_noise(
+    baseline: float,
+    candidate: float,
+    direction: str,
+    ci: tuple[float, float] | None,
+    spread: tuple[float, float] | None,
+) -> str | None:
+    """Why a threshold breach is still within the noise (rules 2a and 2b), or None."""
+    if ci is not None:
+        low, high = ci
+        outside = high < baseline if direction == "higher" else low > baseline
+        if not outside:
+            return f"the CI [{low:.4g}, {high:.4g}] includes the baseline {baseline:.4g}"
+    elif spread is not None:
+        worst = spread[0] if direction == "higher" else spread[1]
+        beyond = candidate < worst if direction == "higher" else candidate > worst
+        if not beyond:
+            return f"within the history's range [{spread[0]:.4g}, {spread[1]:.4g}]"
+    return None
 
 
 def _pct(value: float) -> str:
@@ -385,8 +321,7 @@ def evaluate(
     if not baselines:
         raise IncomparableError("no baseline run to compare with")
     notes = check_comparable(candidate, baselines)
-    if median_ci is None:
-        from harness.analysis.stats import median_ci  # SWEEP's CI method, shared with the summaries
+    median_ci = median_ci or default_median_ci  # the sweep summaries' CI method
     rows: list[Row] = []
     keys = sorted(candidate.points)
     for metric, rule in policy.metrics.items():
@@ -556,7 +491,7 @@ def _curve_rows(
 
     auc_rule = policy.curves.get("frontier_auc")
     if auc_rule is not None:
-        add("frontier_auc", "frontier", auc_rule, curves.frontier_auc)
+        add("frontier_auc", "frontier", auc_rule, frontier.frontier_auc)
     at_rule = policy.curves.get("throughput_at_interactivity")
     if at_rule is not None:
         for x in at_rule.at:
@@ -564,20 +499,12 @@ def _curve_rows(
                 "throughput_at_interactivity",
                 f"@{x:g}",
                 at_rule,
-                lambda pts, x=x: curves.throughput_at(pts, x),
+                lambda pts, x=x: frontier.throughput_at(pts, x),
             )
     return rows
 
 
 # --------------------------------------------------------------------------- rendering
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if math.isinf(value):
-        return "inf"
-    return f"{value:.4g}"
 
 
 def _change(row: Row) -> str:
@@ -590,12 +517,12 @@ _HEADER = ("point", "metric", "baseline", "candidate", "CI", "change", "threshol
 
 
 def _cells(row: Row) -> tuple[str, ...]:
-    ci = f"[{_fmt(row.ci[0])}, {_fmt(row.ci[1])}]" if row.ci else "-"
+    ci = f"[{fmt_number(row.ci[0])}, {fmt_number(row.ci[1])}]" if row.ci else "-"
     return (
         row.point,
         row.metric,
-        _fmt(row.baseline),
-        _fmt(row.candidate),
+        fmt_number(row.baseline),
+        fmt_number(row.candidate),
         ci,
         _change(row),
         f"{100 * row.threshold:.0f}%/{row.floor:g}",
@@ -656,52 +583,3 @@ def render_json(verdict: Verdict) -> str:
 def describe_metric(metric: str) -> str:
     spec = METRICS.get(metric)
     return f"{spec.label} ({spec.unit})" if spec else metric
-
-
-# --------------------------------------------------------------------------- entry point
-
-
-def choose_policy(candidate: Run, policy_path: Path | str | None) -> Policy:
-    from harness.gate.policy import default_policy_path, load_policy
-
-    if policy_path is not None:
-        return load_policy(policy_path)
-    gpus = (candidate.manifest.profile or {}).get("gpus", candidate.manifest.gpus)
-    return load_policy(default_policy_path(int(gpus or 0)))
-
-
-def regress(
-    candidate_dir: Path | str,
-    *,
-    baseline_dir: Path | str | None = None,
-    history_key: str | None = None,
-    policy_path: Path | str | None = None,
-    history_path: Path | str | None = None,
-) -> Verdict:
-    """`repro regress`: against a baseline run, or the history (``history_key`` or, if neither
-    is given, the candidate's own key: ``auto``)."""
-    from harness.results import load_run
-
-    candidate = load_run(candidate_dir)
-    policy = choose_policy(candidate, policy_path)
-    cand_view = view_from_run(candidate)
-    if baseline_dir is not None:
-        if history_key is not None:
-            raise ReproError("give --baseline or --history, not both")
-        base_view = view_from_run(load_run(baseline_dir))
-        return evaluate(cand_view, [base_view], policy)
-    from harness.gate.history import History
-    from harness.gate.history import history_key as key_of
-
-    history = History.open(history_path)
-    key = key_of(candidate.manifest.model_dump(mode="json"))
-    if history_key not in (None, "auto"):
-        key = history_key
-    entries = history.baseline(key, policy.baseline_runs, exclude_run_dir=candidate.root)
-    if not entries:
-        raise IncomparableError(
-            f"{history.path}: no accepted run with key {key!r} to compare with "
-            "(record one with `repro history accept RUN`)"
-        )
-    label = f"history {key} (median of {len(entries)} accepted run(s))"
-    return evaluate(cand_view, [e.view() for e in entries], policy, baseline_label=label)

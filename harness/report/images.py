@@ -16,7 +16,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from harness.errors import ReproError
-from harness.results import atomic_write_text
+from harness.report.figures import pareto_figure
+from harness.results import RunLayout, atomic_write_text, load_run
 
 STATIC_FORMATS = ("png", "svg")
 BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -122,9 +123,6 @@ RUN_FIGURES = {  # file stem -> figure definition; written into <run>/figures/ b
 def write_run_figures(run_dir: Path, *, static: bool = True) -> tuple[list[Path], str | None]:
     """The run's figures as HTML (always) and PNG + SVG (when kaleido and a Chromium are
     there): (paths written, why static export was skipped or None)."""
-    from harness.report.figures import pareto_figure
-    from harness.results import RunLayout, load_run
-
     run = load_run(run_dir)
     out = RunLayout(Path(run_dir)).figures_dir
     figures = {stem: pareto_figure([run], definition=d) for stem, d in RUN_FIGURES.items()}

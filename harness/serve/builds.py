@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ValidationError, model_validator
+from pydantic import BaseModel, model_validator
 
+from harness.config import read_yaml, validate
 from harness.errors import BuildError, ConfigError
 from harness.paths import BUILDS_FILE, cache_dir
 
@@ -125,23 +126,14 @@ def load_builds(path: Path = BUILDS_FILE) -> dict[str, Build]:
 
 @functools.lru_cache(maxsize=4)
 def _load_builds(path: Path, _mtime_ns: int) -> dict[str, Build]:
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read builds: {exc}") from exc
+    raw = read_yaml(path, "builds file")
     if not isinstance(raw, dict) or set(raw) != {"builds"} or not isinstance(raw["builds"], dict):
         raise ConfigError(f"{path}: expected one top-level key `builds:` mapping names to builds")
     builds: dict[str, Build] = {}
     for name, body in raw["builds"].items():
         if not isinstance(body, dict):
             raise ConfigError(f"{path}: builds.{name}: expected a mapping")
-        try:
-            builds[name] = Build(name=name, **body)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"])
-            where = f"builds.{name}.{loc}" if loc else f"builds.{name}"
-            raise ConfigError(f"{path}: {where}: {err['msg']}") from exc
+        builds[name] = validate(Build, body, path, prefix=f"builds.{name}", name=name)
     return builds
 
 

@@ -24,6 +24,7 @@ from pydantic import (
     field_validator,
 )
 
+from harness.config import at_key, describe_error, read_yaml, require_mapping
 from harness.errors import ConfigError
 from harness.paths import PROFILES_DIR
 from harness.serve.builds import get_build, serve_option_table
@@ -110,16 +111,10 @@ def _profile_path(name_or_path: str, relative_to: Path | None = None) -> Path:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError as exc:
+    if not path.is_file():
         known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
-        raise ConfigError(f"{path}: profile not found (known profiles: {known})") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a profile must be a mapping of keys")
-    return data
+        raise ConfigError(f"{path}: profile not found (known profiles: {known})")
+    return require_mapping(read_yaml(path, "profile"), path, "profile")
 
 
 def merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
@@ -232,21 +227,17 @@ def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
         for text in reversed(overrides):
             key = text.partition("=")[0].strip()
             if loc == key or loc.startswith(key + ".") or key.startswith(loc + "."):
-                return f"{path}: override {text!r}: {loc}"
+                return at_key(f"{path}: override {text!r}", loc)
         parts = loc.split(".")
         for n in range(len(parts), 0, -1):
             if ".".join(parts[:n]) in origins:
-                return f"{origins['.'.join(parts[:n])]}: {loc}"
-        return f"{path}: {loc}"
+                return at_key(origins[".".join(parts[:n])], loc)
+        return at_key(path, loc)
 
     try:
         profile = Profile(name=path.stem, source=path, **raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        if err["type"] == "missing":
-            msg = "required key missing"
+        loc, msg = describe_error(exc)
         raise ConfigError(f"{where(loc)}: {msg}") from exc
     except TypeError as exc:  # e.g. a duplicate `source` key
         raise ConfigError(f"{path}: {exc}") from exc

@@ -190,3 +190,18 @@ def test_whole_curve_scalars(tmp_path: Path) -> None:
     assert {r["metric"] for r in data["curves"]} == set(rows)
     text = CliRunner().invoke(cli, ["compare", str(tmp_path / "a"), str(tmp_path / "b")]).output
     assert "whole curve (valid points)" in text and "Frontier AUC (blog definition)" in text
+
+
+def test_cli_compare_warns_on_different_workloads(tmp_path: Path) -> None:
+    _runs(tmp_path)
+    runner = CliRunner()
+    same = runner.invoke(cli, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert same.exit_code == 0 and "warning" not in same.stderr
+    manifest = tmp_path / "b" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["sweep"]["max_tokens"] = 512
+    manifest.write_text(json.dumps(data))
+    result = runner.invoke(cli, ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"])
+    assert result.exit_code == 0
+    assert "different workloads" in result.stderr and "max_tokens: 220 vs 512" in result.stderr
+    assert json.loads(result.stdout)["b"] == "cand"  # the comparison itself still runs

@@ -150,3 +150,13 @@ def test_text_shows_infinity_when_only_hisparse_serves() -> None:
     # baseline 6260 // 16384 = 0; HiSparse 103692 // (16384 + 1320) = 5
     assert row.split()[:4] == ["1,048,576", "0", "5", "∞"]
     assert "HiSparse enables these sequence lengths" in out
+
+
+def test_zero_tp_or_dp_is_an_error_not_the_default() -> None:
+    for option in ("--tp", "--dp"):
+        result = CliRunner().invoke(cli, ["capacity", option, "0"])
+        assert result.exit_code == 2, (option, result.output)
+        assert option in result.output and "0" in result.output
+    # An explicit --dp 1 is the default, not a falsy value replaced by it.
+    one = CliRunner().invoke(cli, ["capacity", "--json", "--dp", "1"])
+    assert one.exit_code == 0, one.output

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from harness.capacity.deployment import GIB, make_deployment
 from harness.capacity.figures import capacity_figures, composition_figure, concurrency_figure
-from harness.capacity.formulas import GIB, evaluate, make_deployment
+from harness.capacity.formulas import evaluate
 
 
 def test_concurrency_chart_matches_the_calculator_grid() -> None:

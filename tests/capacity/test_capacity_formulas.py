@@ -11,15 +11,8 @@ import math
 
 import pytest
 
-from harness.capacity.formulas import (
-    GIB,
-    capacity_at,
-    evaluate,
-    js_to_fixed,
-    make_deployment,
-    mtp_hot_rows,
-    parse_seq_range,
-)
+from harness.capacity.deployment import GIB, js_to_fixed, make_deployment, mtp_hot_rows
+from harness.capacity.formulas import capacity_at, evaluate, parse_seq_range
 from harness.errors import ConfigError
 
 H200_GIB = 141e9 / 2**30  # 131.3165... GiB

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.capacity.formulas import evaluate, make_deployment
+from harness.capacity.deployment import make_deployment
+from harness.capacity.formulas import evaluate
 from harness.capacity.model import find_model_for, load_model, load_model_file, model_files
 from harness.errors import ConfigError
 
@@ -115,7 +116,8 @@ def test_validated_copy_is_cached_and_skips_pydantic(tmp_path: Path, monkeypatch
     assert load_model_file(model) == first
     # A fresh process with a warm cache never imports pydantic for the calculator path.
     code = (
-        "import sys; from harness.capacity.formulas import make_deployment, evaluate; "
+        "import sys; from harness.capacity.deployment import make_deployment; "
+        "from harness.capacity.formulas import evaluate; "
         "evaluate(make_deployment(), 142000); print('pydantic' in sys.modules)"
     )
     env = {**os.environ, "REPRO_CACHE": str(tmp_path / "cache")}

@@ -10,7 +10,8 @@ import pytest
 from support.gate_runs import repro, write_run
 
 from harness.gate.history import History, hardware_fingerprint, history_key
-from harness.gate.regress import IncomparableError, regress
+from harness.gate.judge import regress
+from harness.gate.regress import IncomparableError
 from harness.results import load_run
 
 
@@ -115,3 +116,23 @@ def test_history_cli_list_show_accept_reject(tmp_path: Path, db: Path):
     assert "first baseline" in shown.stdout and "noisy neighbour" in shown.stdout
     missing = repro("history", "show", "nope", *env_args)
     assert missing.returncode == 2 and "no run 'nope'" in missing.stderr
+
+
+def test_history_accept_refuses_failed_or_empty_runs_unless_forced(tmp_path: Path, db: Path):
+    env_args = ("--db", str(db))
+    failed = write_run(tmp_path, "failed", np.random.default_rng(5), status="failed")
+    refused = repro("history", "accept", str(failed), *env_args)
+    assert refused.returncode == 2 and "status 'failed'" in refused.stderr, refused.stderr
+    assert "--force" in refused.stderr and History.open(db).entries() == []
+    forced = repro("history", "accept", str(failed), "--force", "--reason", "known", *env_args)
+    assert forced.returncode == 0, forced.stderr
+    entry = History.open(db).entry("failed")
+    assert entry.state == "accepted" and "forced: status 'failed'" in entry.reason
+    # Empty: complete, but no valid point; refused also when accepted by history reference.
+    labels = {"c1", "c8", "c16", "c24", "c32"}
+    run = load_run(write_run(tmp_path, "empty", np.random.default_rng(6), invalid=labels))
+    assert not any(p.valid for p in run.points)
+    History.open(db).record(run, state="rejected", reason="by hand")
+    again = repro("history", "accept", run.name, *env_args)
+    assert again.returncode == 2 and "0 valid points" in again.stderr, again.stderr
+    assert History.open(db).entry(run.name).state == "rejected"

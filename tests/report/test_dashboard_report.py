@@ -14,13 +14,13 @@ from support.crafted_runs import published_points, write_run
 
 from harness.cli import cli
 from harness.client.scrape import Sample, read_samples_csv
-from harness.report.dashboard import (
+from harness.report.dashboard import write_report
+from harness.report.timeseries import (
     SCRAPED_NAMES,
     _acceptance,
     _counter,
     _gauge,
     read_scraped,
-    write_report,
 )
 from harness.results import RunLayout, load_run, point_id
 

@@ -13,14 +13,13 @@ import yaml
 from support.crafted_runs import published_points, write_run
 
 from harness.analysis.frontier import frontier_mask, frontier_path
+from harness.analysis.groups import series_points
 from harness.report.figures import (
-    PUBLISHED_FILE,
     load_published,
     pareto_figure,
-    run_title,
-    series_points,
     traces_by_role,
 )
+from harness.report.series import PUBLISHED_FILE, run_title
 from harness.results import (
     load_run,
 )

@@ -1,0 +1,173 @@
+"""The dashboard's tables: derived metrics per point and per curve side by side (ratio against
+the baseline run), and each run's provenance panel."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+from harness.analysis.compare import CURVE_METRICS, compare_curves, compare_runs, curve_values
+from harness.analysis.groups import SeriesPoint
+from harness.report.figures import run_series
+from harness.results import METRICS, Run
+from harness.text import fmt_number
+
+
+def _metric_row(metric: str, spec: Any, cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """One table row: the metric as METRICS describes it, and its cells."""
+    return {
+        "metric": metric,
+        "label": spec.label,
+        "unit": spec.unit,
+        "better": spec.better or "",
+        "description": spec.description,
+        "cells": cells,
+    }
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def fmt_cell(value: float | None) -> str:
+    """A dashboard cell: three significant digits, whole numbers from 100, en dash if none."""
+    return fmt_number(
+        value, digits=3, missing="–", sci_below=1e-3, sci_from=1e5, whole_from=100, thousands=True
+    )
+
+
+def _cell(point: SeriesPoint | None, key: str) -> dict[str, Any]:
+    if point is None:
+        return {"text": "not run", "ci": "", "invalid": False}
+    value = point.values.get(key)
+    bounds = point.ci.get(key)
+    return {
+        "text": fmt_cell(value),
+        "invalid": not point.valid,
+        "ci": f"[{fmt_cell(bounds[0])}, {fmt_cell(bounds[1])}]" if bounds else "",
+    }
+
+
+def point_tables(runs: Sequence[Run], baseline_index: int) -> list[dict[str, Any]]:
+    """Per configured point: rows of metrics, one value column per run, ratio vs baseline."""
+    series = run_series(runs)
+    by_key = [{(p.parallel, p.number): p for p in s.points} for s in series]
+    baseline = runs[baseline_index]
+    verdicts: list[dict[tuple[int, int, str], dict[str, Any]]] = []
+    for i, run in enumerate(runs):
+        table: dict[tuple[int, int, str], dict[str, Any]] = {}
+        if i != baseline_index:
+            for row in compare_runs(baseline, run):
+                table[(row["parallel"], row["number"], row["metric"])] = row
+        verdicts.append(table)
+    keys = sorted({key for mapping in by_key for key in mapping})
+    tables = []
+    for parallel, number in keys:
+        points = [mapping.get((parallel, number)) for mapping in by_key]
+        label = next(p.label for p in points if p is not None)
+        rows = []
+        for metric, spec in METRICS.items():
+            if all(p is None or p.values.get(metric) is None for p in points):
+                continue
+            cells = []
+            for i, point in enumerate(points):
+                cell = _cell(point, metric)
+                if i != baseline_index:
+                    row = verdicts[i].get((parallel, number, metric), {})
+                    ratio = row.get("ratio")
+                    cell["ratio"] = "–" if ratio is None else f"{ratio:.3f}×"
+                    cell["verdict"] = row.get("verdict", "n/a")
+                cells.append(cell)
+            rows.append(_metric_row(metric, spec, cells))
+        invalid = [
+            (s.name, p.invalid_reasons)
+            for s, p in zip(series, points, strict=True)
+            if p is not None and not p.valid
+        ]
+        tables.append(
+            {
+                "title": f"{label} — parallel {parallel}, {number} conversations",
+                "label": label,
+                "parallel": parallel,
+                "number": number,
+                "rows": rows,
+                "invalid": invalid,
+                "repeats": [p.repeats if p else 0 for p in points],
+            }
+        )
+    return tables
+
+
+def curve_table(runs: Sequence[Run], baseline_index: int) -> dict[str, Any]:
+    """Whole-curve scalars (frontier AUC, best throughput, most running) in the table layout."""
+    values = [curve_values(run) for run in runs]
+    baseline = runs[baseline_index]
+    against = [
+        {row["metric"]: row for row in compare_curves(baseline, run)} if i != baseline_index else {}
+        for i, run in enumerate(runs)
+    ]
+    rows = []
+    for metric, spec in CURVE_METRICS.items():
+        if all(v[metric] is None for v in values):
+            continue
+        cells = []
+        for i, v in enumerate(values):
+            cell = {"text": fmt_cell(v[metric]), "ci": "", "invalid": False}
+            if i != baseline_index:
+                ratio = against[i][metric]["ratio"]
+                cell["ratio"] = "–" if ratio is None else f"{ratio:.3f}×"
+                cell["verdict"] = against[i][metric]["verdict"]
+            cells.append(cell)
+        rows.append(_metric_row(metric, spec, cells))
+    return {
+        "title": "Whole curve (valid points, repeats reduced to medians)",
+        "label": "curve",
+        "rows": rows,
+        "invalid": [],
+        "repeats": [0] * len(runs),
+    }
+
+
+def when(epoch: float | None) -> str:
+    if epoch is None:
+        return "–"
+    return dt.datetime.fromtimestamp(epoch, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, default=str) if value else "–"
+
+
+def provenance(run: Run) -> list[tuple[str, str, bool]]:
+    """(key, text, preformatted) rows of the provenance panel."""
+    m = run.manifest
+    dataset = m.dataset or {}
+    client = m.client or {}
+    return [
+        ("run id", m.run_id, False),
+        ("directory", str(run.root), False),
+        ("status", m.status, False),
+        ("created / finished", f"{when(m.created_at)} / {when(m.finished_at)}", False),
+        ("profile", m.profile_name, False),
+        ("engine / URL", f"{m.engine} · {m.base_url}", False),
+        ("serve command", shlex.join(m.serve_command) if m.serve_command else "– (attached)", True),
+        ("overrides", " ".join(m.overrides) or "–", True),
+        ("build", _pretty(m.build), True),
+        ("dataset", f"{dataset.get('path', '–')}\nsha256 {dataset.get('sha256', '–')}", True),
+        (
+            "dataset details",
+            _pretty({k: v for k, v in dataset.items() if k not in {"path", "sha256"}}),
+            True,
+        ),
+        ("workload key", m.workload_key, False),
+        ("client", f"{client.get('name', '?')} {client.get('version', '?')}", False),
+        ("client command", _pretty(client.get("command") or client.get("command_template")), True),
+        ("sweep", _pretty(m.sweep), True),
+        ("GPUs (per-GPU divisor)", str(m.gpus), False),
+        ("host", _pretty(m.host), True),
+        ("launch", _pretty(m.launch), True),
+        ("harness version", m.harness_version, False),
+        ("notes", "\n".join(m.notes) or "–", True),
+    ]
