@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 import shlex
 import sys
 from collections.abc import Callable
@@ -17,28 +16,9 @@ from harness.run.inputs import DatasetFacts
 from harness.run.owner import owner_state
 from harness.run.plan import PlannedPoint
 from harness.serve.profiles import Profile
+from harness.text import fmt_number, int_ranges
 
 Echo = Callable[[str], None]
-
-
-def fmt(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.2f}"
-
-
-def format_ranges(values: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2, 5'."""
-    parts: list[str] = []
-    start = prev = None
-    for v in [*values, None]:
-        if start is not None and (v is None or v != prev + 1):
-            parts.append(f"{start}-{prev}" if start != prev else str(start))
-            start = None
-        if v is not None and start is None:
-            start = v
-        prev = v
-    return ", ".join(parts)
 
 
 class Progress:
@@ -74,9 +54,9 @@ def point_line(record: PointRecord) -> str:
     m = record.metrics
     state = "valid" if record.valid else "INVALID: " + "; ".join(record.invalid_reasons)
     return (
-        f"  {record.point_id}: {state}; occupancy {fmt(m.get('occupancy'))}, "
-        f"interactivity {fmt(m.get('interactivity'))}, tput/GPU "
-        f"{fmt(m.get('throughput_per_gpu'))}, samples {record.samples}, "
+        f"  {record.point_id}: {state}; occupancy {fmt_number(m.get('occupancy'), fixed=2)}, "
+        f"interactivity {fmt_number(m.get('interactivity'), fixed=2)}, tput/GPU "
+        f"{fmt_number(m.get('throughput_per_gpu'), fixed=2)}, samples {record.samples}, "
         f"gaps {record.scrape_gaps}"
     ) + "".join(f"\n    note: {note}" for note in record.notes)
 
@@ -115,7 +95,7 @@ def print_plan(
         extra = f"  reuses conversations of {', '.join(reused)}" if reused else ""
         echo(
             f"  {plan.point_id} ({plan.label}): offset {plan.dataset_offset}, "
-            f"{plan.number} conversations [{format_ranges(plan.conversations)}], "
+            f"{plan.number} conversations [{int_ranges(plan.conversations, sort=False)}], "
             f"{plan.number * turns} requests{extra}"
         )
         for c in plan.conversations:
@@ -147,20 +127,17 @@ def summary_table(points: list[PointRecord]) -> str:
     ]
     lines = ["".join(name.ljust(width) for name, width in cols)]
 
-    def cell(value: float | None) -> str:
-        return "-" if value is None else f"{value:.2f}" if abs(value) < 1000 else f"{value:.0f}"
-
     for p in sorted(points, key=lambda p: (p.repeat, p.parallel, p.number)):
         m = p.metrics
         cells = [
             p.point_id,
             "yes" if p.valid else "NO",
-            cell(m.get("occupancy")),
-            cell(m.get("interactivity")),
-            cell(m.get("throughput_per_gpu")),
-            cell(m.get("mean_tpot_ms")),
-            cell(m.get("mtp_acceptance_length")),
-            cell(m.get("preemptions")),
+            fmt_number(m.get("occupancy"), fixed=2, whole_from=1000),
+            fmt_number(m.get("interactivity"), fixed=2, whole_from=1000),
+            fmt_number(m.get("throughput_per_gpu"), fixed=2, whole_from=1000),
+            fmt_number(m.get("mean_tpot_ms"), fixed=2, whole_from=1000),
+            fmt_number(m.get("mtp_acceptance_length"), fixed=2, whole_from=1000),
+            fmt_number(m.get("preemptions"), fixed=2, whole_from=1000),
         ]
         lines.append("".join(c.ljust(w) for c, (_, w) in zip(cells, cols, strict=True)))
     return "\n".join(lines)

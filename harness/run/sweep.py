@@ -6,16 +6,12 @@ and `--resume` continues from the first unfinished one. Nothing is written befor
 that can fail early has passed (run id, `--url`, port, GPUs, dataset, a resumable run).
 The runner writes results only; the CLI writes the report after it.
 
-Configuration key (`workload_key` in the manifest; see results/README.md): sha256 of the
-canonical JSON of {dataset sha256, sweep points, dataset_offset, max_tokens, multi_turn,
-max_turns, ignore_eos, extra_args, profile model, serve block without host/port, build name,
-gpus}.
+The manifest's `workload_key` is the configuration key (`harness.identity.configuration_key`):
+what must be equal for two runs to be repeats of one experiment.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import signal
 import threading
@@ -29,7 +25,7 @@ from urllib.parse import urlparse
 import click
 
 from harness import __version__
-from harness.analysis.stats import median_ci
+from harness.analysis.groups import repeat_aggregates
 from harness.client.evalscope import (
     ClientArgs,
     client_command,
@@ -37,15 +33,14 @@ from harness.client.evalscope import (
     evalscope_executable,
 )
 from harness.errors import ConfigError, ReproError, RunError, ServerError
+from harness.identity import configuration_key
 from harness.paths import results_dir
 from harness.results import (
-    METRICS,
     PointRecord,
     RunLayout,
     RunManifest,
     atomic_write_json,
     atomic_write_text,
-    point_id,
     read_manifest,
     read_point,
     rows_to_csv,
@@ -124,26 +119,6 @@ class Sweep:
     turns: int
     planned: list[PlannedPoint]
     finished: dict[str, PointRecord] = field(default_factory=dict)
-
-
-def workload_key(*, dataset_sha256: str, sweep: dict[str, Any], profile: dict[str, Any]) -> str:
-    serve = {k: v for k, v in (profile.get("serve") or {}).items() if k not in ("host", "port")}
-    material = {
-        "dataset_sha256": dataset_sha256,
-        "points": [list(p) for p in sweep.get("points", [])],
-        "dataset_offset": sweep.get("dataset_offset"),
-        "max_tokens": sweep.get("max_tokens"),
-        "multi_turn": sweep.get("multi_turn"),
-        "max_turns": sweep.get("max_turns"),
-        "ignore_eos": sweep.get("ignore_eos"),
-        "extra_args": sweep.get("extra_args") or {},
-        "model": profile.get("model"),
-        "serve": serve,
-        "build": profile.get("build"),
-        "gpus": max(int(profile.get("gpus") or 0), 1),
-    }
-    blob = json.dumps(material, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 # --------------------------------------------------------------------------- resolve
@@ -277,7 +252,7 @@ def _new_manifest(target: Target, ds: DatasetFacts, planned: list[PlannedPoint])
         overrides=target.overrides,
         gpus=max(int(prof.gpus), 1),
         dataset=ds.record(target.dataset_spec),
-        workload_key=workload_key(
+        workload_key=configuration_key(
             dataset_sha256=ds.sha256 or "", sweep=sweep_dump, profile=profile_dump
         ),
         client={
@@ -317,33 +292,6 @@ def open_run(target: Target, ds: DatasetFacts, planned: list[PlannedPoint], echo
 
 
 # --------------------------------------------------------------------------- run
-
-
-def repeat_aggregates(points: list[PointRecord]) -> list[dict[str, Any]]:
-    """Per (parallel, number): median and CI of every metric over the valid repeats."""
-    groups: dict[tuple[int, int], list[PointRecord]] = {}
-    for p in points:
-        groups.setdefault((p.parallel, p.number), []).append(p)
-    rows = []
-    for (parallel, number), members in sorted(groups.items()):
-        valid = [p for p in members if p.valid]
-        row: dict[str, Any] = {
-            "point": point_id(parallel, number, 0)[:-3],
-            "label": members[0].label,
-            "parallel": parallel,
-            "number": number,
-            "repeats": len(members),
-            "valid_repeats": len(valid),
-        }
-        for key in METRICS:
-            values = [p.metrics[key] for p in valid if p.metrics.get(key) is not None]
-            if values:
-                med, low, high = median_ci(values)
-                row[key], row[f"{key}_ci_low"], row[f"{key}_ci_high"] = med, low, high
-            else:
-                row[key] = row[f"{key}_ci_low"] = row[f"{key}_ci_high"] = None
-        rows.append(row)
-    return rows
 
 
 def write_run_summary(
