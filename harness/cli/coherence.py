@@ -76,7 +76,7 @@ def coherence(
         for line in plan.lines():
             click.echo(line)
         return 0
-    kwargs = dict(against=against, references_dir=references, record=record)
+    kwargs = {"against": against, "references_dir": references, "record": record}
     if url:
         result = run_check(profile, url, long_context=not no_long_context, **kwargs)
     else:

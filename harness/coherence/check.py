@@ -60,16 +60,21 @@ class CheckPlan:
             )
             ref = f"{self.reference} ({self.reference_file}, {state})"
         band = self.spec.acceptance
+        ps = self.probe_set
+        head = (
+            f"profile {self.profile}: probe set {ps.key} ({len(ps.probes)} probes, {ps.api}, "
+            f"max_tokens {ps.max_tokens}, sha256 {ps.sha256[:12]})"
+        )
         out = [
-            f"profile {self.profile}: probe set {self.probe_set.key} "
-            f"({len(self.probe_set.probes)} probes, {self.probe_set.api}, "
-            f"max_tokens {self.probe_set.max_tokens}, sha256 {self.probe_set.sha256[:12]})",
+            head,
             f"reference: {ref}",
             f"agreement: {self.spec.agreement.model_dump()}",
             f"garbage: {self.spec.garbage.model_dump()}",
             f"acceptance band: {band.model_dump() if band else 'none'}",
-            "long context: "
-            + (str(self.spec.long_context.model_dump()) if self.spec.long_context else "none"),
+            (
+                "long context: "
+                + (str(self.spec.long_context.model_dump()) if self.spec.long_context else "none")
+            ),
         ]
         return out + [f"note: {n}" for n in self.notes]
 
