@@ -261,3 +261,13 @@ def check_for_sweep(
     if profile.coherence is None:
         return None
     return run_check(profile, base_url, out_dir=run_dir, allow_incoherent=allow_incoherent)
+
+
+def point_invalid_reason(record: CoherenceRecord | None) -> str | None:
+    """The reason every point of the arm gets when its check did not pass (None: points count).
+
+    With --allow-incoherent the points count; the record (allow_incoherent=True) says why.
+    """
+    if record is None or not record.invalidates_points:
+        return None
+    return f"coherence {record.verdict}: {record.reason}"

@@ -102,7 +102,7 @@ def plan_needle(
     fillers: list[str] = []
     filler_tokens = 0
     if needed > 0:
-        first, filler_tokens = _sized_text("Filler 0", filler_target, count)
+        first, filler_tokens = _sized_text("Filler 000", filler_target, count)
         n = math.ceil(needed / filler_tokens)
         if n > spec.max_fillers:
             raise ConfigError(
@@ -110,8 +110,8 @@ def plan_needle(
                 f"exceed {spec.overcommit} x resident_tokens {spec.resident_tokens}, more than "
                 f"max_fillers {spec.max_fillers}"
             )
-        # the same line count per filler; a distinct tag so no prefix is shared or cached
-        fillers = ["".join(first).replace("Filler 0 ", f"Filler {k} ") for k in range(n)]
+        # same lines and width per filler; a distinct tag so no prefix is shared or cached
+        fillers = ["".join(first).replace("Filler 000 ", f"Filler {k:03d} ") for k in range(n)]
     return NeedlePlan(
         secret=secret,
         context=context,

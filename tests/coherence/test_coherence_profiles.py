@@ -10,15 +10,31 @@ import pytest
 from click.testing import CliRunner
 
 from harness.cli import cli
-from harness.coherence import plan_check, run_check
+from harness.coherence import check_for_sweep, plan_check, point_invalid_reason, run_check
 from harness.coherence.check import _load_reference
 from harness.coherence.client import Reply
 from harness.coherence.probes import load_probe_set
 from harness.coherence.store import ReplySet, read_replies, reference_path, write_replies
 from harness.errors import ConfigError
+from harness.results import RunManifest
 from harness.serve.profiles import load_profile
 from harness.serve.server import free_port
 
+MANIFEST = {
+    "run_id": "r",
+    "status": "running",
+    "created_at": 0.0,
+    "harness_version": "0",
+    "engine": "url",
+    "base_url": "http://x",
+    "profile_name": "cpu-tiny",
+    "profile": {},
+    "gpus": 1,
+    "dataset": {},
+    "workload_key": "k",
+    "client": {},
+    "sweep": {},
+}
 # The blog's arms imply: MTP3 <-> no-MTP, HiSparse <-> offloading (reference/vllm.md §1.5).
 BLOG_REFERENCES = {
     "hisparse384": "offload512",
@@ -149,3 +165,20 @@ def test_dry_run_prints_the_resolved_plan() -> None:
     assert "probe set glm-v1 (8 probes, chat" in result.output
     assert "reference: offload512 (" in result.output
     assert "'resident_tokens': 2400000" in result.output
+
+
+def test_points_are_invalid_unless_coherent_or_allowed(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    profile = load_profile("cpu-tiny")
+    record = check_for_sweep(profile, url, allow_incoherent=False, run_dir=tmp_path)
+    assert point_invalid_reason(record) == f"coherence unjudged: {record.reason}"
+    # the record is what the manifest stores, and a run keeps it next to its replies
+    assert json.loads((tmp_path / "coherence" / "result.json").read_text())["verdict"] == "unjudged"
+    manifest_field = RunManifest.model_validate(
+        {**MANIFEST, "coherence": record.model_dump(mode="json")}
+    ).coherence
+    assert manifest_field == record
+    allowed = check_for_sweep(profile, url, allow_incoherent=True)
+    assert allowed.allow_incoherent and point_invalid_reason(allowed) is None
+    no_block = load_profile("cpu-tiny", ["coherence=null"])
+    assert check_for_sweep(no_block, url, allow_incoherent=False) is None
