@@ -100,6 +100,11 @@ def test_reference_arm_records_real_replies(references) -> None:
     rows = garbage["details"]["per_probe"]
     assert [row["tokens"] for row in rows] == [32] * 8
     assert all(0.0 <= row["repetition"] < 1.0 and row["replacement_chars"] >= 0 for row in rows)
+    # random byte-level tokens decode to invalid UTF-8 now and then: exactly those are flagged
+    with_fffd = {r.id for r in replies.replies if "\ufffd" in r.text}
+    flagged = garbage["details"]["flagged"]
+    assert all(any("U+FFFD" in p for p in flagged[pid]) for pid in with_fffd)
+    assert not any("U+FFFD" in p for pid, ps in flagged.items() if pid not in with_fffd for p in ps)
     print("reference garbage signatures:", json.dumps(rows))
 
 
