@@ -97,7 +97,9 @@ def _launched(profile, port: int | None, long_context: bool, kwargs: dict):
     from harness.paths import cache_dir
     from harness.serve.server import VllmServer
 
-    logs = Path(tempfile.mkdtemp(prefix=f"coherence-{profile.name}-", dir=cache_dir()))
+    parent = cache_dir() / "launches"  # where `repro launch` keeps its server logs too
+    parent.mkdir(parents=True, exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix=f"coherence-{profile.name}-", dir=parent))
     click.echo(f"starting vLLM for {profile.name}; log {logs / 'server.log'}", err=True)
     with VllmServer(profile, log_path=logs / "server.log", port=port) as server:
         return run_check(profile, server.base_url, long_context=long_context, **kwargs)

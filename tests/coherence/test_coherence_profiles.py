@@ -182,3 +182,22 @@ def test_points_are_invalid_unless_coherent_or_allowed(tmp_path: Path) -> None:
     assert allowed.allow_incoherent and point_invalid_reason(allowed) is None
     no_block = load_profile("cpu-tiny", ["coherence=null"])
     assert check_for_sweep(no_block, url, allow_incoherent=False) is None
+
+
+def test_against_a_run_directory_uses_its_stored_replies(tmp_path: Path) -> None:
+    run = tmp_path / "cpu-tiny-mtp-nomtp-20261201-000000"
+    probe_set = load_probe_set("tiny-v1")
+    replies = ReplySet(
+        arm="cpu-tiny-mtp-nomtp",
+        probe_set="tiny-v1",
+        probe_set_sha256=probe_set.sha256,
+        replies=[Reply(id=p.id, token_ids=[3]) for p in probe_set.probes],
+    )
+    write_replies(run / "coherence" / "replies.json", replies)
+    plan = plan_check(load_profile("cpu-tiny-mtp"), against=str(run))
+    assert plan.reference == str(run)
+    assert _load_reference(plan).by_id()["fib"].token_ids == [3]
+    empty = tmp_path / "empty-run"
+    empty.mkdir()
+    missing = _load_reference(plan_check(load_profile("cpu-tiny-mtp"), against=str(empty)))
+    assert missing.status == "unjudged" and "that run has no coherence replies" in missing.reason
