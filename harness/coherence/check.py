@@ -153,8 +153,25 @@ def _load_reference(plan: CheckPlan) -> ReplySet | Check:
     return replies
 
 
+def _agreement(plan: CheckPlan, replies: list, profile: Profile, root: str | None) -> Check:
+    ref = _load_reference(plan)
+    if isinstance(ref, Check):
+        return ref
+    check = judge_agreement(replies, ref.by_id(), plan.spec.agreement, str(plan.reference))
+    check.details["reference_model_root"] = ref.model_root
+    if ref.model == profile.model and ref.model_root and root and ref.model_root != root:
+        # e.g. a rebuilt tiny model: the stored reference may be stale rather than the arm wrong
+        check.details["note"] = f"reference served {ref.model_root}, this arm serves {root}"
+    return check
+
+
 def _judge(
-    profile: Profile, plan: CheckPlan, base_url: str, model: str, long_context: bool
+    profile: Profile,
+    plan: CheckPlan,
+    base_url: str,
+    model: str,
+    root: str | None,
+    long_context: bool,
 ) -> tuple[dict[str, Check], list]:
     spec, probe_set = plan.spec, plan.probe_set
     checks: dict[str, Check] = {}
@@ -162,12 +179,7 @@ def _judge(
     replies = run_probes(base_url, probe_set, model, timeout_s=spec.timeout_s)
     after = read_counters(base_url, SPEC_COUNTERS.values())
     if plan.reference is not None:
-        ref = _load_reference(plan)
-        checks["agreement"] = (
-            ref
-            if isinstance(ref, Check)
-            else judge_agreement(replies, ref.by_id(), spec.agreement, plan.reference)
-        )
+        checks["agreement"] = _agreement(plan, replies, profile, root)
     checks["garbage"] = judge_garbage(replies, spec.garbage)
     expects = {p.id: p.expect for p in probe_set.probes}
     checks["answers"] = judge_answers(replies, expects, spec.min_answers)
@@ -209,7 +221,7 @@ def run_check(
     root = None
     try:
         model, root = served_model(base_url)
-        checks, replies = _judge(profile, plan, base_url, model, long_context)
+        checks, replies = _judge(profile, plan, base_url, model, root, long_context)
     except (ReproError, KeyError, ValueError) as exc:
         checks["server"] = Check(status="unjudged", reason=f"probing {base_url} failed: {exc}")
     verdict, reason = _verdict(checks)
