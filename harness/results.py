@@ -245,6 +245,25 @@ class PointRecord(_Record):
     notes: list[str] = Field(default_factory=list)
 
 
+class CoherenceRecord(_Record):
+    """An arm's output-correctness check (harness/coherence), run right after readiness."""
+
+    schema_version: Literal["repro.coherence/1"] = "repro.coherence/1"
+    verdict: Literal["coherent", "incoherent", "unjudged"]
+    reason: str  # one line, e.g. "outputs disagree with offload512 after 3 tokens on 7/8 prompts"
+    profile: str
+    probe_set: str  # key, e.g. glm-v1
+    reference: str | None = None  # what replies were compared against (arm name or run dir)
+    allow_incoherent: bool = False  # --allow-incoherent: the points count anyway
+    checks: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> status/reason/...
+    started_at: float
+    finished_at: float
+
+    @property
+    def invalidates_points(self) -> bool:
+        return self.verdict != "coherent" and not self.allow_incoherent
+
+
 class RunManifest(_Record):
     """Everything needed to know what a run was, and to redo it."""
 
@@ -270,6 +289,7 @@ class RunManifest(_Record):
     sweep: dict[str, Any]  # resolved sweep spec
     planned_points: list[str] = Field(default_factory=list)
     repeats: int = 1
+    coherence: CoherenceRecord | None = None
     notes: list[str] = Field(default_factory=list)
     # host, pid and process start of the harness that runs it; server_pgid when it launched one
     owner: dict[str, Any] = Field(default_factory=dict)

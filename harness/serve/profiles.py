@@ -29,7 +29,7 @@ from harness.errors import ConfigError
 from harness.paths import PROFILES_DIR
 from harness.serve.builds import get_build, serve_option_table
 
-DEEP_MERGED = ("serve", "sweep", "env")
+DEEP_MERGED = ("serve", "sweep", "env", "coherence")
 # Set by the harness from top-level profile fields, never inside `serve:`.
 RESERVED_SERVE_KEYS = {"model": "model", "host": "host", "port": "port", "config": None}
 
@@ -52,6 +52,56 @@ class SweepSpec(BaseModel, extra="forbid"):
     warmup_requests: NonNegativeInt = 2
 
 
+class AgreementSpec(BaseModel, extra="forbid"):
+    """Token agreement with the reference arm's recorded greedy replies."""
+
+    tokens: PositiveInt = 32  # compare the first N generated tokens of each probe
+    min_prefix: PositiveInt = 32  # a probe agrees if its common prefix reaches this
+    min_agreeing: float = Field(1.0, ge=0, le=1)  # fraction of probes that must agree
+    min_positional: float = Field(1.0, ge=0, le=1)  # mean positional agreement over N tokens
+
+
+class GarbageSpec(BaseModel, extra="forbid"):
+    """Reference-free signatures; enforce: false only reports them (random-weight models)."""
+
+    enforce: bool = True
+    max_repetition: float = Field(0.5, ge=0, le=1)  # share of repeated 4-grams
+    min_distinct: float = Field(0.1, ge=0, le=1)  # distinct tokens / tokens
+    max_replacement: int = Field(0, ge=0)  # U+FFFD characters in a reply
+
+
+class AcceptanceSpec(BaseModel, extra="forbid"):
+    """Band for 1 + accepted/drafts over the probes (server counters); below min fails."""
+
+    min: float = Field(gt=1.0)
+    max: float | None = None
+
+
+class LongContextSpec(BaseModel, extra="forbid"):
+    """A needle deep in a context, recalled after fillers pushed past GPU residency."""
+
+    resident_tokens: PositiveInt  # KV tokens the arm keeps GPU-resident (capacity math)
+    context_tokens: PositiveInt  # the needle request's context length
+    depth: float = Field(0.25, ge=0, le=1)  # needle position as a fraction of the context
+    overcommit: float = Field(1.25, gt=1)  # fillers + needle >= overcommit x resident
+    filler_tokens: PositiveInt | None = None  # per filler; default context_tokens
+    max_fillers: PositiveInt = 64
+    answer_tokens: PositiveInt = 32
+
+
+class CoherenceSpec(BaseModel, extra="forbid"):
+    """Output correctness checked right after readiness (harness/coherence)."""
+
+    probes: str  # launch/coherence/probes/<probes>.yaml, e.g. tiny-v1
+    reference: str | None = None  # profile whose recorded replies this arm must reproduce
+    agreement: AgreementSpec = AgreementSpec()
+    garbage: GarbageSpec = GarbageSpec()
+    min_answers: float = Field(0.75, ge=0, le=1)  # probes with `expect:` answered correctly
+    acceptance: AcceptanceSpec | None = None
+    long_context: LongContextSpec | None = None
+    timeout_s: PositiveFloat = 600.0  # per probe request
+
+
 class Profile(BaseModel, extra="forbid"):
     name: str
     source: Path
@@ -66,6 +116,7 @@ class Profile(BaseModel, extra="forbid"):
     env: dict[str, str] = {}
     serve: dict[str, Any]
     sweep: SweepSpec = SweepSpec()
+    coherence: CoherenceSpec | None = None
 
     @field_validator("gpus")
     @classmethod
@@ -194,7 +245,7 @@ def _apply_override(raw: dict[str, Any], text: str) -> None:
         section, key = parts
         if section not in DEEP_MERGED:
             raise ConfigError(
-                f"override {text!r}: only serve.*, sweep.* and env.* take a "
+                f"override {text!r}: only serve.*, sweep.*, env.* and coherence.* take a "
                 f"sub-key, not {section!r}"
             )
         block = raw.setdefault(section, {})

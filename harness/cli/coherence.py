@@ -1,0 +1,105 @@
+"""CLI wiring for `repro coherence`: judge one arm's outputs (exit 0 coherent, 1 not, 2 unsure)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+EXIT = {"coherent": 0, "incoherent": 1, "unjudged": 2}
+
+
+def register(group: click.Group) -> None:
+    """Add this area's commands to the `repro` group."""
+    group.add_command(coherence)
+
+
+@click.command()
+@click.option("--profile", "profile_name", required=True, help="Profile name or YAML path.")
+@click.option("--url", default=None, help="Probe this running server instead of launching one.")
+@click.option(
+    "--against",
+    default=None,
+    metavar="PROFILE|RUN",
+    help="Compare with this arm's recorded replies, or a run directory's "
+    "(default: the profile's coherence.reference).",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a profile value (serve.KEY, coherence.KEY, model=...; VALUE is YAML; "
+    "serve.KEY=null removes). Repeatable.",
+)
+@click.option("--record", is_flag=True, help="Store the replies as this arm's reference.")
+@click.option(
+    "--references",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Reference store (default: launch/coherence/references).",
+)
+@click.option("--no-long-context", is_flag=True, help="Skip the long-context needle probe.")
+@click.option("--port", type=int, default=None, help="Port of a launched server.")
+@click.option("--dry-run", is_flag=True, help="Resolve probe set and reference; probe nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result record as JSON.")
+def coherence(
+    profile_name: str,
+    url: str | None,
+    against: str | None,
+    overrides: tuple[str, ...],
+    record: bool,
+    references: Path | None,
+    no_long_context: bool,
+    port: int | None,
+    dry_run: bool,
+    as_json: bool,
+) -> int:
+    """Send the profile's versioned greedy probe set and judge the replies: token agreement
+    with the reference arm, garbage signatures, checkable answers, MTP acceptance band and
+    the long-context needle. Exit 0 coherent, 1 incoherent, 2 could not judge.
+
+    \b
+    Examples:
+      repro coherence --profile cpu-tiny-mtp-nomtp --record
+      repro coherence --profile cpu-tiny-mtp
+      repro coherence --profile hisparse384 --url http://gpu-node:8000 --json
+      repro coherence --profile cpu-tiny-mtp --against results/cpu-tiny-mtp-nomtp-20261201-0900
+    """
+    from harness.coherence import plan_check, run_check
+    from harness.serve.profiles import load_profile
+
+    profile = load_profile(profile_name, overrides)
+    plan = plan_check(profile, against=against, references_dir=references)
+    if dry_run:
+        for line in plan.lines():
+            click.echo(line)
+        return 0
+    kwargs = {"against": against, "references_dir": references, "record": record}
+    if url:
+        result = run_check(profile, url, long_context=not no_long_context, **kwargs)
+    else:
+        result = _launched(profile, port, not no_long_context, kwargs)
+    if as_json:
+        click.echo(json.dumps(result.model_dump(mode="json"), indent=2))
+    else:
+        click.echo(f"{result.verdict}: {result.reason}")
+        for name, check in result.checks.items():
+            click.echo(f"  {name}: {check['status']}: {check['reason']}")
+    return EXIT[result.verdict]
+
+
+def _launched(profile, port: int | None, long_context: bool, kwargs: dict):
+    import tempfile
+
+    from harness.coherence import run_check
+    from harness.paths import cache_dir
+    from harness.serve.server import VllmServer
+
+    parent = cache_dir() / "launches"  # where `repro launch` keeps its server logs too
+    parent.mkdir(parents=True, exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix=f"coherence-{profile.name}-", dir=parent))
+    click.echo(f"starting vLLM for {profile.name}; log {logs / 'server.log'}", err=True)
+    with VllmServer(profile, log_path=logs / "server.log", port=port) as server:
+        return run_check(profile, server.base_url, long_context=long_context, **kwargs)
