@@ -91,6 +91,11 @@ def register(group: click.Group) -> None:
     default=None,
     help="Serve on this port instead of the profile's (launched server only).",
 )
+@click.option(
+    "--allow-incoherent",
+    is_flag=True,
+    help="Count the points even when the profile's coherence check fails (recorded in the run).",
+)
 @click.option("--no-report", is_flag=True, help="Skip the HTML report and the figures at the end.")
 def sweep(
     profile: str | None,
@@ -105,6 +110,7 @@ def sweep(
     repeats: int,
     only_points: str | None,
     port: int | None,
+    allow_incoherent: bool,
     no_report: bool,
 ) -> None:
     """Run the c1..c32 sweep: launch the profile's vLLM build (or attach to --url), build or reuse
@@ -140,6 +146,7 @@ def sweep(
         repeats=repeats,
         only_points=[only_points] if only_points else None,
         port=port,
+        allow_incoherent=allow_incoherent,
     )
     run_dir = run_sweep(request)
     if not dry_run and not no_report:

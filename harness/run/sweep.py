@@ -32,6 +32,7 @@ from harness.client.evalscope import (
     client_version,
     evalscope_executable,
 )
+from harness.coherence import check_for_sweep, plan_check, point_invalid_reason
 from harness.errors import ConfigError, ReproError, RunError, ServerError
 from harness.identity import configuration_key
 from harness.paths import results_dir
@@ -81,6 +82,7 @@ class SweepRequest:
     repeats: int = 1
     only_points: Sequence[str] | None = None
     port: int | None = None
+    allow_incoherent: bool = False  # count the points even when the coherence check fails
 
     def __post_init__(self) -> None:
         if self.run_id is not None and not RUN_ID.fullmatch(self.run_id):
@@ -119,6 +121,8 @@ class Sweep:
     turns: int
     planned: list[PlannedPoint]
     finished: dict[str, PointRecord] = field(default_factory=dict)
+    allow_incoherent: bool = False
+    incoherent_reason: str | None = None  # set: every point of the arm is invalid
 
 
 # --------------------------------------------------------------------------- resolve
@@ -338,6 +342,24 @@ def _record_server(sweep: Sweep, server: Server, args: ClientArgs) -> None:
     atomic_write_json(sweep.layout.manifest, manifest)
 
 
+def check_coherence(sweep: Sweep, server: Server, echo: Echo) -> None:
+    """The profile's coherence check, right after readiness (and after every restart): a failure
+    invalidates every point of the arm unless --allow-incoherent."""
+    record = check_for_sweep(
+        sweep.target.profile,
+        server.base_url,
+        allow_incoherent=sweep.allow_incoherent,
+        run_dir=sweep.target.run_dir,
+    )
+    if record is None:
+        return
+    sweep.manifest.coherence = record
+    atomic_write_json(sweep.layout.manifest, sweep.manifest)
+    sweep.incoherent_reason = point_invalid_reason(record)
+    allowed = " (--allow-incoherent: points count)" if sweep.allow_incoherent else ""
+    echo(f"coherence: {record.verdict}: {record.reason}{allowed}")
+
+
 def _run_points(
     sweep: Sweep, server: Server, args: ClientArgs, fail_fast: bool, echo: Echo
 ) -> bool:
@@ -355,6 +377,7 @@ def _run_points(
                 raise ServerError(f"{target.url}: server not reachable before {plan.point_id}")
             echo(f"server not alive before {plan.point_id}: restarting")
             server.restart()
+            check_coherence(sweep, server, echo)
         _set_aside_unfinished(layout, plan.point_id)
         echo(
             f"{plan.point_id} ({plan.label}): offset {plan.dataset_offset}, "
@@ -376,6 +399,10 @@ def _run_points(
             record.notes.append("server restarted after this point")
             if not fail_fast:
                 server.restart()
+                check_coherence(sweep, server, echo)
+        if sweep.incoherent_reason:
+            record.valid = False
+            record.invalid_reasons.append(sweep.incoherent_reason)
         atomic_write_json(layout.point_json(plan.point_id), record)
         points.append(record)
         write_run_summary(layout, sweep.manifest.run_id, points, target.repeats)
@@ -408,6 +435,7 @@ def _drive(sweep: Sweep, fail_fast: bool, echo: Echo) -> None:
         model = getattr(server, "served_model_name", None) or target.profile.served_model_name
         args = _client_args(target, sweep.ds, model, server.base_url)
         _record_server(sweep, server, args)
+        check_coherence(sweep, server, echo)
         status = "complete" if _run_points(sweep, server, args, fail_fast, echo) else "failed"
     except KeyboardInterrupt:
         status = "partial"
@@ -456,6 +484,7 @@ def run_sweep(request: SweepRequest, *, echo: Echo = click.echo) -> Path:
     enter the configuration key.
     """
     target = resolve(request)
+    coherence = plan_check(target.profile) if target.profile.coherence else None
     if not request.dry_run:
         check_before_run(target.profile, url=target.url, port=target.port)
     ds = inspect_dataset(target.dataset_spec, build=not request.dry_run)
@@ -475,8 +504,11 @@ def run_sweep(request: SweepRequest, *, echo: Echo = click.echo) -> Path:
         wanted = set(target.manifest.planned_points)
         planned = [p for p in planned if p.point_id in wanted] or planned
     if request.dry_run:
+        for line in coherence.lines() if coherence else []:
+            echo(f"coherence: {line}")
         return _dry_run(target, ds, planned, echo)
     sweep = open_run(target, ds, planned, echo)
+    sweep.allow_incoherent = request.allow_incoherent
     _drive(sweep, request.fail_fast, echo)
     all_points = list(finished_points(sweep.layout).values())
     write_run_summary(sweep.layout, sweep.manifest.run_id, all_points, target.repeats)

@@ -173,7 +173,7 @@ def test_two_sweeps_in_the_same_second_get_distinct_run_ids(
 ) -> None:
     monkeypatch.setattr(time, "strftime", lambda *_a: "20260101-000000")
     url = fake_server()
-    one = ["sweep.points=[[1,1]]", *SETS[1:]]
+    one = [*SETS, "sweep.points=[[1,1]]"]  # the last setting of a key wins
     first = run_sweep(
         SweepRequest("cpu-tiny", overrides=one, dataset=str(small_dataset), url=url, out=tmp_path),
         **QUIET,

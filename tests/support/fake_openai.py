@@ -184,6 +184,9 @@ def small_dataset(tmp_path: Path) -> Path:
 
 
 SETS = [
+    # the fake returns no token ids, so a coherence check could only be "unjudged" (which
+    # invalidates points): it is tested against the real server (tests/e2e, tests/run)
+    "coherence=null",
     "sweep.points=[[1,1],[2,2]]",
     "sweep.max_tokens=8",
     "sweep.scrape_interval_s=0.5",
