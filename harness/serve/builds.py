@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError, model_validator
 
 from harness.errors import BuildError, ConfigError
 from harness.paths import BUILDS_FILE, cache_dir
+from harness.serve.options import OptionTable, option_table
 
 WHEEL_INDEX = "https://wheels.vllm.ai"
 CPU_EXTRA_INDEX_ENV = "REPRO_CPU_EXTRA_INDEX_URL"
@@ -47,6 +48,7 @@ class Build(BaseModel, extra="forbid"):
     vllm_version: str | None = None
     serve_options: str = "0.32.0"
     extra_serve_options: dict[str, str] = {}
+    extra_json_schemas: dict[str, dict] = {}  # a fork's recorded keys inside JSON options
     extra_index_urls: list[str] = []
     remove: list[str] = []
     repo: str | None = None
@@ -74,6 +76,16 @@ class Build(BaseModel, extra="forbid"):
             and not FULL_SHA.match(self.commit)
         ):
             raise ValueError(f"commit {self.commit!r} is not a hex git SHA (7-40 characters)")
+        if self.vllm_version and self.serve_options != self.vllm_version:
+            raise ValueError(
+                f"serve_options {self.serve_options!r} differs from vllm_version "
+                f"{self.vllm_version!r}: validate against that release's own table"
+            )
+        if self.kind != "source" and (self.extra_serve_options or self.extra_json_schemas):
+            raise ValueError(
+                f"kind {self.kind!r} is upstream vLLM: fork-only options "
+                "(extra_serve_options / extra_json_schemas) need a `source` fork build"
+            )
         return self
 
     @property
@@ -673,27 +685,29 @@ def _remove_stale_stages(name: str) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-@functools.lru_cache(maxsize=8)
-def _option_table(version: str) -> dict[str, dict]:
-    from importlib import resources
-
-    ref = resources.files("harness") / "data" / "vllm_serve_options" / f"{version}.yaml"
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return dict(yaml.load(ref.read_text(), Loader=loader)["options"])
+def serve_table(build: Build) -> OptionTable:
+    """The option table of the build's release (generated, or explicitly assumed)."""
+    try:
+        return option_table(build.serve_options)
+    except ConfigError as exc:
+        raise ConfigError(f"{BUILDS_FILE}: builds.{build.name}.serve_options: {exc}") from exc
 
 
 def serve_option_table(build: Build) -> dict[str, dict]:
     """Valid `vllm serve` options for the build's version (generated data + fork-only extras)."""
-    try:
-        table = dict(_option_table(build.serve_options))
-    except OSError as exc:
-        raise ConfigError(
-            f"{BUILDS_FILE}: builds.{build.name}.serve_options: no option table "
-            f"{build.serve_options!r} ({exc})"
-        ) from exc
+    table = dict(serve_table(build).options)
     for key, kind in build.extra_serve_options.items():
         table[key] = {"kind": kind}
     return table
+
+
+def serve_json_schemas(build: Build) -> dict[str, dict]:
+    """Config-class key schemas of JSON options; a fork option uses its recorded surface only."""
+    schemas = dict(serve_table(build).schemas)
+    for key in build.extra_serve_options:
+        schemas.pop(key, None)  # the fork's own class, not upstream's
+    schemas.update(build.extra_json_schemas)
+    return schemas
 
 
 if __name__ == "__main__":  # pragma: no cover - manual helper
