@@ -81,9 +81,7 @@ def option_table(version: str) -> OptionTable:
     )
 
 
-def check_json_keys(
-    value: Any, schema: dict | None, path: str
-) -> tuple[list[str], list[str]]:
+def check_json_keys(value: Any, schema: dict | None, path: str) -> tuple[list[str], list[str]]:
     """(errors, warnings) for the keys of `value` against a config-class schema.
 
     extra: forbid -> an unknown key is an error (vLLM rejects it); allow -> a warning (the

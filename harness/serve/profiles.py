@@ -9,7 +9,7 @@ and the keys inside JSON options against the config-class schemas recorded there
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +244,12 @@ def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
         build = get_build(profile.build)
     except ConfigError as exc:
         raise ConfigError(f"{where('build')}: {exc}") from exc
+    _check_serve(profile, build, where)
+    return profile
+
+
+def _check_serve(profile: Profile, build: Build, where: Callable[[str], str]) -> None:
+    """Option names and kinds, then the keys inside JSON options, against the build's table."""
     table = serve_option_table(build)
     for key, value in profile.serve.items():
         problem = _check_serve_value(key, value, table)
@@ -257,10 +263,8 @@ def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
         key = errors[0].split(".", 2)[1].split(":")[0]
         raise ConfigError(
             f"{where('serve.' + key)}: {errors[0].removeprefix(f'serve.{key}.')} "
-            f"(build {build.name}, "
-            f"vLLM options {build.serve_options})"
+            f"(build {build.name}, vLLM options {build.serve_options})"
         )
-    return profile
 
 
 def json_key_problems(profile: Profile, build: Build | None = None) -> tuple[list[str], list[str]]:

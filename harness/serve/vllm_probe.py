@@ -134,7 +134,12 @@ def probe(argv: list[str]) -> dict[str, Any]:
             check(value, errors, checked)
         except Exception as exc:  # noqa: BLE001
             errors.append(f"{attr.replace('_', '-')}: {exc}")
-    return {"ok": not errors, "vllm_version": vllm.__version__, "errors": errors, "checked": checked}
+    return {
+        "ok": not errors,
+        "vllm_version": vllm.__version__,
+        "errors": errors,
+        "checked": checked,
+    }
 
 
 def main() -> None:
