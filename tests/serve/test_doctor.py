@@ -161,3 +161,19 @@ def test_doctor_on_this_machine(cpu_build) -> None:
     tiny = _doctor("cpu-tiny-mtp")
     assert tiny.returncode == 0, tiny.stdout + tiny.stderr
     assert tiny.stdout.strip().endswith("all checks pass")
+
+
+def test_doctor_json(cpu_build) -> None:
+    import json
+
+    proc = subprocess.run(
+        [sys.executable, "-c", "from harness.cli import main; main()", "doctor", "--profile",
+         "hisparse384", "--json", "--port", str(free_port())],
+        check=False, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": os.getcwd(), "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    data = json.loads(proc.stdout)
+    assert proc.returncode == (0 if data["ok"] else 1)
+    names = {c["name"] for c in data["checks"]}
+    assert {"gpus", "host-ram", "hisparse-pool", "dev-shm", "build", "port"} <= names
+    assert all(c["remedy"] for c in data["checks"] if c["status"] == "fail")

@@ -119,3 +119,23 @@ def test_upstream_builds_cannot_carry_a_fork_surface(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(bad))
     with pytest.raises(ConfigError, match="builds.x: .*fork build"):
         load_builds(path)
+
+
+def test_cli_profiles_check_exit_status_and_lines(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    planted = _planted(tmp_path, {"hisparse_config": {"host_pool_gib": 384}})
+    argv = [sys.executable, "-c", "from harness.cli import main; main()", "profiles", "check"]
+    env = {"PYTHONPATH": str(Path.cwd()), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    bad = subprocess.run(
+        [*argv, "--no-real", "cpu-tiny", str(planted)],
+        capture_output=True, text=True, env=env, check=False, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    lines = bad.stdout.splitlines()
+    assert lines[0].startswith("ok   cpu-tiny")
+    assert any(line.startswith(f"FAIL {planted}") for line in lines)
+    assert any("hisparse_config.host_pool_gib: unknown key" in line for line in lines)
+    usage = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    assert usage.returncode != 0 and "--all" in usage.stderr
