@@ -68,3 +68,29 @@ def test_released_guard_exits_and_leaves_nothing() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_evalscope_child_does_not_outlive_a_sigkilled_harness(tmp_path: Path) -> None:
+    log = tmp_path / "client.log"
+    script = (
+        "from pathlib import Path\n"
+        "from harness.client.evalscope import run_child\n"
+        f"run_child(['sh', '-c', 'echo $$; exec sleep 300'], log_path=Path({str(log)!r}),"
+        " timeout_s=600)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": os.getcwd()}
+    )
+    child = None
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (log.exists() and log.read_text().strip()):
+            time.sleep(0.1)
+        child = int(log.read_text().split()[0])
+        assert _alive(child)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert _wait_gone([child], 15.0) == []
+    finally:
+        if child and _alive(child):
+            os.kill(child, signal.SIGKILL)
