@@ -43,6 +43,8 @@ class Gpu:
     memory_total_mib: float
     memory_free_mib: float
     persistence: str
+    app_clock_mhz: float = 0.0  # application (locked) graphics clock; 0 = not reported
+    max_clock_mhz: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,10 @@ def query_gpus(run: Callable[..., subprocess.CompletedProcess] = subprocess.run)
     """NVIDIA GPUs from nvidia-smi; [] when there is no nvidia-smi or it fails."""
     if not shutil.which("nvidia-smi"):
         return []
-    fields = "index,name,compute_cap,driver_version,memory.total,memory.free,persistence_mode"
+    fields = (
+        "index,name,compute_cap,driver_version,memory.total,memory.free,persistence_mode,"
+        "clocks.applications.graphics,clocks.max.graphics"
+    )
     proc = run(
         ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
         capture_output=True,
@@ -113,11 +118,11 @@ def query_gpus(run: Callable[..., subprocess.CompletedProcess] = subprocess.run)
     gpus = []
     for line in proc.stdout.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 7:
+        if len(parts) != 9:
             continue
         gpus.append(
             Gpu(int(parts[0]), parts[1], _float(parts[2]), parts[3], _float(parts[4]),
-                _float(parts[5]), parts[6])
+                _float(parts[5]), parts[6], _float(parts[7]), _float(parts[8]))
         )  # fmt: skip
     return gpus
 
@@ -194,6 +199,15 @@ def gpu_checks(profile: Profile, gpus: list[Gpu]) -> list[Check]:
             "warn" if off else "ok",
             f"persistence mode off on GPU(s) {off}" if off else "persistence mode on",
             "sudo nvidia-smi -pm 1 (steadier clocks and start-up between points)",
+        )
+    )
+    slow = [g.index for g in gpus if 0 < g.app_clock_mhz < g.max_clock_mhz]
+    checks.append(
+        Check(
+            "clocks",
+            "warn" if slow else "ok",
+            f"application clocks below max on GPU(s) {slow}" if slow else "clocks at max",
+            "sudo nvidia-smi -rac (reset application clocks), or note the locked clocks",
         )
     )
     util = float(profile.serve.get("gpu-memory-utilization", 0.9))

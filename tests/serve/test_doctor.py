@@ -46,6 +46,20 @@ def test_hisparse_pool_against_95_percent_of_available_ram() -> None:
     assert "384 GiB" in line and "95 %" in line and "host_pool_gib" in line
 
 
+def test_nvidia_smi_output_is_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = "0, NVIDIA H200, 9.0, 580.65, 143771, 143000, Enabled, 1980, 1980\nnot a gpu line\n"
+
+    def run(argv, **kw):
+        assert "--format=csv,noheader,nounits" in argv
+        return subprocess.CompletedProcess(argv, 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(doctor.shutil, "which", lambda name: f"/usr/bin/{name}")
+    (gpu,) = doctor.query_gpus(run)
+    assert gpu == Gpu(
+        0, "NVIDIA H200", 9.0, "580.65", 143771.0, 143000.0, "Enabled", 1980.0, 1980.0
+    )
+
+
 def test_gpu_checks() -> None:
     profile = load_profile("hisparse384")
     good = doctor.gpu_checks(profile, [Gpu(
@@ -56,6 +70,9 @@ def test_gpu_checks() -> None:
     checks = doctor.gpu_checks(profile, a100)
     assert status(checks, "compute-capability") == "fail"
     assert status(checks, "persistence-mode") == "warn"
+    locked = [Gpu(i, H200.name, 9.0, "580", 143771.0, 143000.0, "Enabled", 1200.0, 1980.0)
+              for i in range(8)]  # fmt: skip
+    assert status(doctor.gpu_checks(profile, locked), "clocks") == "warn"
     busy = [Gpu(i, H200.name, 9.0, "580", 143771.0, 20000.0, "Enabled") for i in range(8)]
     assert status(doctor.gpu_checks(profile, busy), "gpu-memory") == "fail"
     assert status(doctor.gpu_checks(profile, busy[:4]), "gpus") == "fail"
