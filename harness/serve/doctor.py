@@ -23,7 +23,15 @@ from harness.serve.checks import Check, raise_on_failures
 from harness.serve.profiles import Profile
 from harness.serve.server import OFFLOAD_MMAP_GLOB, _open_by_any_process, port_is_free
 
-__all__ = ["Check", "Gpu", "HostPools", "host_pools", "preflight", "raise_on_failures"]
+__all__ = [
+    "Check",
+    "Gpu",
+    "HostPools",
+    "host_pools",
+    "preflight",
+    "raise_on_failures",
+    "require_ready",
+]
 
 GIB = float(1 << 30)
 HISPARSE_RAM_FRACTION = 0.95  # vLLM refuses a HiSparse pool above 95 % of available RAM
@@ -388,4 +396,17 @@ def preflight(
         checks.append(build_check(profile, gpus))
     checks.append(port_check(profile, port, url))
     checks += (hub or hub_checks)(profile)
+    return checks
+
+
+def require_ready(
+    profile: Profile, *, url: str | None = None, port: int | None = None
+) -> list[Check]:
+    """`preflight`, raising PreflightError (one line per failing check) if any check fails.
+
+    For `repro sweep`: call before it installs a build or starts a server; log the returned
+    warnings. With `url` (attach mode) only the client-side checks run.
+    """
+    checks = preflight(profile, url=url, port=port)
+    raise_on_failures(checks, f"preflight for profile {profile.name} (repro doctor)")
     return checks

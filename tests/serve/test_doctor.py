@@ -194,3 +194,15 @@ def test_doctor_json(cpu_build) -> None:
     names = {c["name"] for c in data["checks"]}
     assert {"gpus", "host-ram", "hisparse-pool", "dev-shm", "build", "port"} <= names
     assert all(c["remedy"] for c in data["checks"] if c["status"] == "fail")
+
+
+def test_require_ready_raises_for_the_glm_arm_here_and_passes_for_cpu_tiny() -> None:
+    gpus, ram = doctor.query_gpus(), doctor.mem_available_gib()
+    if len(gpus) < 8 or ram < 512:  # this machine: no GPU, far less than 512 GiB
+        with pytest.raises(PreflightError, match="preflight for profile hisparse384") as info:
+            doctor.require_ready(load_profile("hisparse384"), port=free_port())
+        assert all(" -- " in line for line in str(info.value).splitlines()[1:])
+    warnings = doctor.require_ready(load_profile("cpu-tiny"), port=free_port())
+    assert all(c.status != "fail" for c in warnings)
+    attached = doctor.require_ready(load_profile("hisparse384"), url="http://gpu-node:8000")
+    assert {c.name for c in attached} >= {"port"} and "gpus" not in {c.name for c in attached}
