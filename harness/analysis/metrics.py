@@ -227,19 +227,20 @@ def derive_point_metrics(
         delta("vllm:prefix_cache_hits"), delta("vllm:prefix_cache_queries")
     )
 
+    # Hot-buffer counters move only every 2,000 worker steps: a window without an update is 0/0,
+    # which is "not measured" (null), never a 0 % hit rate; `info` says how coarse it was.
     hits, misses = delta("vllm:hisparse_cache_hits"), delta("vllm:hisparse_cache_misses")
-    m["hisparse_hit_rate"] = (
-        _ratio(hits, (hits or 0.0) + (misses or 0.0)) if hits is not None else None
-    )
+    looked_up = (hits or 0.0) + (misses or 0.0)
+    m["hisparse_hit_rate"] = hits / looked_up if hits is not None and looked_up > 0 else None
     h2d = delta("vllm:hisparse_host_to_device_bytes")
     m["hisparse_h2d_gib"] = h2d / GIB if h2d is not None else None
 
     load = delta("vllm:kv_offload_load_bytes")
     if load is None:  # the older, deprecated form
-        load = delta("vllm:kv_offload_total_bytes", {"transfer_type": "cpu_to_gpu"})
+        load = delta("vllm:kv_offload_total_bytes", {"transfer_type": "CPU_to_GPU"})
     store = delta("vllm:kv_offload_store_bytes")
-    if store is None:
-        store = delta("vllm:kv_offload_total_bytes", {"transfer_type": "gpu_to_cpu"})
+    if store is None:  # label values are exact-case (vllm offloading/metrics.py)
+        store = delta("vllm:kv_offload_total_bytes", {"transfer_type": "GPU_to_CPU"})
     m["offload_load_gib"] = load / GIB if load is not None else None
     m["offload_store_gib"] = store / GIB if store is not None else None
 
@@ -249,7 +250,11 @@ def derive_point_metrics(
     info: dict[str, Any] = {
         "running_samples": len(running),
         "running_nonzero_samples": len(nonzero),
+        **_hisparse_gauges(samples, m),
     }
+    if hits is not None:
+        info["hisparse_counter_updates"] = _counter_updates(samples, "vllm:hisparse_cache_hits")
+        info["hisparse_hit_rate_coarse"] = info["hisparse_counter_updates"] < 2
     if requests and running:
         # Client in-flight count at the instants the gauge was sampled (same monotonic clock).
         pairs = [(v, in_flight_at(requests, t)) for t, v in running if v > 0]
@@ -259,3 +264,29 @@ def derive_point_metrics(
     return DerivedMetrics(
         metrics=m, counter_resets=max(resets, default=0), scrapes=scrapes, info=info
     )
+
+
+def _counter_updates(samples: Iterable[Sample], name: str) -> int:
+    """How many scrape-to-scrape changes one counter shows (summed over series)."""
+    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for s in samples:
+        if _matches(s, _names(name), None):
+            series[_series_key(s)].append((s.monotonic, s.value))
+    return sum(
+        sum(1 for (_, a), (_, b) in itertools.pairwise(sorted(points)) if a != b)
+        for points in series.values()
+    )
+
+
+def _hisparse_gauges(samples: Sequence[Sample], m: dict[str, float | None]) -> dict[str, Any]:
+    """The 0.32+ host-tier gauges (once per engine step; absent on 0.30/0.31 and forks)."""
+    usage = [
+        v
+        for _, v in gauge_per_scrape(samples, "vllm:hisparse_host_cache_usage_perc", combine="max")
+    ]
+    pending = [v for _, v in gauge_per_scrape(samples, "vllm:hisparse_pending_page_transfers")]
+    m["hisparse_host_cache_usage_mean"] = _mean(usage)
+    m["hisparse_host_cache_usage_max"] = max(usage) if usage else None
+    m["hisparse_pending_transfers_mean"] = _mean(pending)
+    m["hisparse_pending_transfers_max"] = max(pending) if pending else None
+    return {"hisparse_gauge_samples": len(usage)}

@@ -7,7 +7,17 @@ import sys
 import click
 
 from harness import __version__
-from harness.cli import capacity, coherence, dataset, launch, regress, report, sweep, tiny_models
+from harness.cli import (
+    capacity,
+    coherence,
+    dataset,
+    doctor,
+    launch,
+    regress,
+    report,
+    sweep,
+    tiny_models,
+)
 from harness.errors import ReproError
 
 
@@ -21,7 +31,7 @@ def cli() -> None:
     """
 
 
-for area in (launch, tiny_models, dataset, sweep, report, capacity, regress, coherence):
+for area in (launch, doctor, tiny_models, dataset, sweep, report, capacity, regress, coherence):
     area.register(cli)
 
 

@@ -99,6 +99,38 @@ def profiles_show(name: str, command_only: bool, overrides: tuple[str, ...]) -> 
     click.echo(f"command: {command}")
 
 
+@profiles_group.command("check")
+@click.argument("names", nargs=-1)
+@click.option("--all", "all_profiles", is_flag=True, help="Check every shipped profile.")
+@click.option(
+    "--no-real", is_flag=True, help="Table checks only; skip the installed vLLM's own parser."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+def profiles_check(names: tuple[str, ...], all_profiles: bool, no_real: bool, as_json: bool) -> int:
+    """Render each profile's command and validate it: the release's option table, and the real
+    vLLM argparser + config classes where a build of the same release is installed.
+
+    Exit status 1 if any check fails (warnings do not fail).
+    """
+    from harness.serve.validate import all_profile_names, check_profiles
+
+    if all_profiles == bool(names):
+        raise click.UsageError("give profile NAME(s) or --all")
+    reports = check_profiles(list(names) or all_profile_names(), real=not no_real)
+    if as_json:
+        data = [
+            {"profile": r.name, "build": r.build, "checks": [c.as_dict() for c in r.checks]}
+            for r in reports
+        ]
+        click.echo(json.dumps(data, indent=2))
+    else:
+        for report in reports:
+            click.echo(f"{'FAIL' if report.failed else 'ok':4} {report.name} ({report.build})")
+            for check in report.checks:
+                click.echo(f"     {check.line()}")
+    return 1 if any(r.failed for r in reports) else 0
+
+
 @click.command("launch")
 @click.option("--profile", "profile_name", required=True, help="Profile name or YAML path.")
 @click.option("--port", type=int, default=None, help="Port (default: the profile's).")

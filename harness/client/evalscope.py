@@ -27,6 +27,7 @@ from typing import Any
 from harness.analysis.metrics import RequestTiming
 from harness.errors import RunError
 from harness.results import ClientSummary
+from harness.serve.lifeline import guard_group
 
 # (normalised field, spellings: evalscope 1.7 first, then >= 1.10)
 _SUMMARY_KEYS: dict[str, tuple[str, ...]] = {
@@ -185,6 +186,7 @@ def run_child(
             env=env,
             start_new_session=True,
         )
+        guard = guard_group(proc.pid, grace_s=5.0)  # no orphan if the harness is SIGKILLed
         result = ChildResult(None, started_at, started_at, started_mono, started_mono)
         try:
             while True:
@@ -206,6 +208,7 @@ def run_child(
             raise
         finally:
             result.ended_at, result.ended_mono = time.time(), time.monotonic()
+            guard.release()
     return result
 
 

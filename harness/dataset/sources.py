@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -129,9 +130,52 @@ class Source:
             yield from _iter_hub(self)
 
 
+# Which recipe keys name a source's repo and revision (for error messages).
+RECIPE_KEYS = {
+    "trajectories": ("trajectories", "trajectories_revision"),
+    "pad text": ("pad_text", "pad_revision"),
+}
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def cached_dataset_snapshot(spec: str, revision: str | None) -> Path:
+    """The hub-cache snapshot of dataset `spec` at `revision` (HF_HUB_OFFLINE=1).
+
+    Offline, `datasets.load_dataset(repo_id, revision=...)` never reads the hub cache and ignores
+    the revision (it falls back to "the latest cached version" of a prepared dataset), so the
+    pinned snapshot is resolved with huggingface_hub and loaded as a local folder.
+    """
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    cache = os.environ.get("HF_HUB_CACHE") or (
+        str(Path(os.environ["HF_HOME"]) / "hub") if os.environ.get("HF_HOME") else HF_HUB_CACHE
+    )
+    try:
+        return Path(
+            snapshot_download(
+                spec, repo_type="dataset", revision=revision, cache_dir=cache, local_files_only=True
+            )
+        )
+    except Exception as exc:  # LocalEntryNotFoundError and friends
+        folder = Path(cache) / f"datasets--{spec.replace('/', '--')}" / "snapshots"
+        have = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+        raise LookupError(
+            f"HF_HUB_OFFLINE=1 and revision {revision or 'main'} is not in the hub cache "
+            f"{folder.parent} (cached revisions: {', '.join(have) or 'none'}; "
+            f"{type(exc).__name__})"
+        ) from exc
+
+
 def _open_datasets(spec: str, split: str, revision: str | None) -> Iterator[dict[str, Any]]:
     from datasets import load_dataset
 
+    if hub_offline():
+        local = cached_dataset_snapshot(spec, revision)
+        return iter(load_dataset(str(local), split=split, streaming=True))
     return iter(load_dataset(spec, split=split, revision=revision, streaming=True))
 
 
@@ -177,10 +221,11 @@ def _iter_hub(source: Source) -> Iterator[dict[str, Any]]:
                 f"({_first_line(exc)})"
             ) from exc
         return
+    repo_key, rev_key = RECIPE_KEYS.get(role, ("source", "revision"))
     raise DatasetError(
-        f"{role} source {spec!r} (split {split!r}, revision {revision or 'unpinned'}) could not "
-        f"be loaded from a hub ({'; '.join(errors)}); pass a local parquet/JSONL file or "
-        f"'synthetic'"
+        f"{role} source {spec!r} (split {split!r}, revision {revision or 'unpinned'}; recipe "
+        f"keys {repo_key} / {rev_key}) could not be loaded from a hub ({'; '.join(errors)}); "
+        f"pass a local parquet/JSONL file or 'synthetic'"
     )
 
 
@@ -231,6 +276,7 @@ def collect_conversations(
     """The user messages of the first `number` usable rows, and scan statistics."""
     conversations: list[list[str]] = []
     stats = {"rows_scanned": 0, "skipped_empty": 0, "skipped_unresolved": 0}
+    columns: list[str] | None = None
     for row in source.rows():
         if max_rows is not None and stats["rows_scanned"] >= max_rows:
             break
@@ -239,6 +285,14 @@ def collect_conversations(
             raise DatasetError(
                 f"trajectories {source.spec!r}: row {stats['rows_scanned']} is not an object"
             )
+        if columns is None:
+            columns = sorted(row)
+            if "trajectory" not in row:
+                raise DatasetError(
+                    f"trajectories {source.spec!r} (recipe key `trajectories`, split "
+                    f"{source.split!r}, revision {source.revision or 'unpinned'}): rows have no "
+                    f"'trajectory' column (columns: {', '.join(columns)})"
+                )
         if only_resolved and row.get("resolved") != 1 and row.get("resolved") is not True:
             stats["skipped_unresolved"] += 1
             continue
@@ -262,8 +316,10 @@ def iter_pad_texts(source: Source, field: str) -> Iterator[str]:
     for index, row in enumerate(source.rows()):
         if not isinstance(row, dict) or field not in row:
             raise DatasetError(
-                f"pad text {source.spec!r}: row {index} has no field {field!r} "
-                f"(set --pad-text-field / pad_text_field)"
+                f"pad text {source.spec!r} (revision {source.revision or 'unpinned'}): row "
+                f"{index} has no field {field!r} (columns: "
+                f"{', '.join(sorted(row)) if isinstance(row, dict) else type(row).__name__}); set "
+                f"recipe key `pad_text_field` (--pad-text-field)"
             )
         value = row[field]
         if isinstance(value, str) and value:

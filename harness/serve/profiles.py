@@ -1,14 +1,15 @@
 """Serve profiles: launch/profiles/*.yaml -> validated `Profile` -> exact `vllm serve` command.
 
 The `serve:` block uses vLLM's own config-file keys (long option names). Keys and value types
-are checked against the option table of the profile's build (harness/data/vllm_serve_options).
+are checked against the option table of the profile's build (harness/data/vllm_serve_options),
+and the keys inside JSON options against the config-class schemas recorded there.
 `extends:` merges the parent (deep for serve/sweep/env); a child value of null removes the key.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,8 @@ from pydantic import (
 from harness.config import at_key, describe_error, read_yaml, require_mapping
 from harness.errors import ConfigError
 from harness.paths import PROFILES_DIR
-from harness.serve.builds import get_build, serve_option_table
+from harness.serve.builds import Build, get_build, serve_json_schemas, serve_option_table
+from harness.serve.options import check_json_keys
 
 DEEP_MERGED = ("serve", "sweep", "env", "coherence")
 # Set by the harness from top-level profile fields, never inside `serve:`.
@@ -296,6 +298,12 @@ def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
         build = get_build(profile.build)
     except ConfigError as exc:
         raise ConfigError(f"{where('build')}: {exc}") from exc
+    _check_serve(profile, build, where)
+    return profile
+
+
+def _check_serve(profile: Profile, build: Build, where: Callable[[str], str]) -> None:
+    """Option names and kinds, then the keys inside JSON options, against the build's table."""
     table = serve_option_table(build)
     for key, value in profile.serve.items():
         problem = _check_serve_value(key, value, table)
@@ -304,7 +312,25 @@ def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
                 f"{where('serve.' + key)}: {problem} (build {build.name}, "
                 f"vLLM options {build.serve_options})"
             )
-    return profile
+    errors, _warnings = json_key_problems(profile, build)
+    if errors:
+        key = errors[0].split(".", 2)[1].split(":")[0]
+        raise ConfigError(
+            f"{where('serve.' + key)}: {errors[0].removeprefix(f'serve.{key}.')} "
+            f"(build {build.name}, vLLM options {build.serve_options})"
+        )
+
+
+def json_key_problems(profile: Profile, build: Build | None = None) -> tuple[list[str], list[str]]:
+    """(errors, warnings) for keys inside the profile's JSON-valued serve options."""
+    schemas = serve_json_schemas(build or get_build(profile.build))
+    errors: list[str] = []
+    warnings: list[str] = []
+    for key, value in profile.serve.items():
+        e, w = check_json_keys(value, schemas.get(key), f"serve.{key}")
+        errors += e
+        warnings += w
+    return errors, warnings
 
 
 def _check_serve_value(key: str, value: Any, table: dict[str, dict]) -> str | None:

@@ -3,7 +3,8 @@
 Readiness is /health 200, then /v1/models listing the served name, then one warm-up chat
 completion. Teardown signals the whole process group (and any descendant that left it):
 SIGINT, then SIGTERM, then SIGKILL, each with a timeout. An atexit hook stops every server this
-process started, so a crash of the harness leaves no orphan behind.
+process started, so a crash of the harness leaves no orphan behind; a watchdog per server
+(harness/serve/lifeline.py) tears the group down if the harness is killed outright (SIGKILL).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import requests
 from harness.errors import ServerError
 from harness.paths import cache_dir
 from harness.serve.builds import BuildEnv, ensure_build, get_build, nvidia_gpu_count
+from harness.serve.lifeline import GroupGuard, guard_group
 from harness.serve.profiles import Profile, load_profile, render_serve_command
 from harness.serve.provenance import (
     cache_config_labels,
@@ -184,6 +186,7 @@ class VllmServer:
         self.model_path: str | None = None
         self.env: dict[str, str] = {}
         self._proc: subprocess.Popen[bytes] | None = None
+        self._guard: GroupGuard | None = None
         self._log_handle: Any = None
         self._tmpdir: Path | None = None
         self._started_at: str | None = None
@@ -294,6 +297,7 @@ class VllmServer:
             start_new_session=True,
         )
         _LIVE.add(self)
+        self._guard = guard_group(self._proc.pid, grace_s=self.stop_timeouts[1])
         self.echo(f"vLLM pid {self._proc.pid} on {self.base_url}; log {self.log_path}")
 
     def _died(self, when: str) -> ServerError:
@@ -409,6 +413,9 @@ class VllmServer:
             proc, self._proc = self._proc, None
             if proc is not None:
                 self._terminate(proc)
+            if self._guard is not None:
+                self._guard.release()
+                self._guard = None
             if self._log_handle is not None:
                 self._log_handle.close()
                 self._log_handle = None
@@ -559,7 +566,9 @@ def serve_until_signalled(
     previous = {
         sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     }
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    # SIGINT explicitly too: a script's background job (`repro launch ... &`) starts with SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt handler of its own.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_shutdown)
     server = VllmServer(profile, log_path=log_dir / "server.log", port=port, echo=status)
     record: dict[str, Any] = {}

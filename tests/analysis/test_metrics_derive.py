@@ -178,10 +178,10 @@ def test_connector_metrics_when_present():
         s(1, "vllm:hisparse_cache_misses_total", 10),
         s(0, "vllm:hisparse_host_to_device_bytes_total", 0),
         s(1, "vllm:hisparse_host_to_device_bytes_total", 2 * gib),
-        s(0, "vllm:kv_offload_total_bytes_total", 0, transfer_type="cpu_to_gpu"),
-        s(1, "vllm:kv_offload_total_bytes_total", gib, transfer_type="cpu_to_gpu"),
-        s(0, "vllm:kv_offload_total_bytes_total", 0, transfer_type="gpu_to_cpu"),
-        s(1, "vllm:kv_offload_total_bytes_total", 3 * gib, transfer_type="gpu_to_cpu"),
+        s(0, "vllm:kv_offload_total_bytes_total", 0, transfer_type="CPU_to_GPU"),
+        s(1, "vllm:kv_offload_total_bytes_total", gib, transfer_type="CPU_to_GPU"),
+        s(0, "vllm:kv_offload_total_bytes_total", 0, transfer_type="GPU_to_CPU"),
+        s(1, "vllm:kv_offload_total_bytes_total", 3 * gib, transfer_type="GPU_to_CPU"),
     ]
     out = derive_point_metrics(samples, client=None, parallel=1, gpus=1).metrics
     assert out["hisparse_hit_rate"] == pytest.approx(0.9)

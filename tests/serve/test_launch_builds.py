@@ -89,7 +89,17 @@ def test_dry_run_source_build_full_sha(cache: Path, monkeypatch: pytest.MonkeyPa
     assert "VLLM_PRECOMPILED_WHEEL_LOCATION=/wheels/vllm.whl" in text
 
 
-@pytest.mark.parametrize("name", ["blog-offload-80cb71c9ff", "blog-hisparse-nomtp-8fc4636fb6"])
+def test_dry_run_nomtp_is_a_fork_source_build_resolving_its_short_sha(cache: Path) -> None:
+    plan = install_plan("blog-hisparse-nomtp-8fc4636fb6")
+    resolve = next(i for i, line in enumerate(plan) if "rev-parse --verify" in line)
+    assert "8fc4636fb6^{commit}" in plan[resolve]
+    assert "https://github.com/neuralmagic/vllm" in plan[resolve - 1]
+    checkout = next(i for i, line in enumerate(plan) if "checkout --detach" in line)
+    assert resolve < checkout and '"${FULL_SHA}"' in plan[checkout]
+    assert not any("wheels.vllm.ai" in line for line in plan)
+
+
+@pytest.mark.parametrize("name", ["blog-offload-80cb71c9ff"])
 def test_dry_run_short_sha_resolves_before_wheel_index(cache: Path, name: str) -> None:
     short = name.rsplit("-", 1)[1]
     plan = install_plan(name)
