@@ -58,6 +58,7 @@ from harness.run.inputs import (
 from harness.run.owner import group_alive, owner_state, stop_orphaned_group, this_owner
 from harness.run.plan import PlannedPoint, plan_points
 from harness.run.point import alive, run_point
+from harness.serve.doctor import require_ready
 from harness.serve.profiles import Profile, load_profile, render_serve_command
 from harness.serve.provenance import host_facts
 
@@ -487,6 +488,11 @@ def run_sweep(request: SweepRequest, *, echo: Echo = click.echo) -> Path:
     coherence = plan_check(target.profile) if target.profile.coherence else None
     if not request.dry_run:
         check_before_run(target.profile, url=target.url, port=target.port)
+        # the machine against the profile (RAM for pinned pools, disk, build, hub): one line per
+        # failing check before a build, a dataset or a server costs anything
+        for check in require_ready(target.profile, url=target.url, port=target.port):
+            if check.status == "warn":
+                echo(f"preflight: {check.line()}")
     ds = inspect_dataset(target.dataset_spec, build=not request.dry_run)
     if target.manifest is not None and ds.sha256 != target.manifest.dataset.get("sha256"):
         raise RunError(

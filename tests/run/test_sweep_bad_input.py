@@ -253,3 +253,18 @@ def test_a_gpu_profile_on_a_gpu_less_machine_says_so_before_the_dataset(tmp_path
     with pytest.raises(ServerError, match="needs 8 NVIDIA GPU"):
         run_sweep(SweepRequest("hisparse384", out=tmp_path), **QUIET)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_preflight_failures_come_before_the_build_the_dataset_and_the_run_dir(
+    tmp_path: Path,
+) -> None:
+    ten_tib = 10 * 2**40
+    pool = (
+        'serve.kv-transfer-config={"kv_connector":"OffloadingConnector","kv_role":"kv_both",'
+        f'"kv_connector_extra_config":{{"cpu_bytes_to_use":{ten_tib}}}}}'
+    )
+    with pytest.raises(ConfigError) as caught:
+        run_sweep(SweepRequest("cpu-tiny", overrides=[pool], out=tmp_path), **QUIET)
+    assert "preflight for profile cpu-tiny" in str(caught.value)
+    assert "FAIL host-ram: pinned pools 10240 GiB" in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
