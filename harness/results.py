@@ -168,6 +168,30 @@ METRICS: dict[str, MetricSpec] = {
         None,
         "delta vllm:hisparse_host_to_device_bytes.",
     ),
+    "hisparse_host_cache_usage_mean": MetricSpec(
+        "HiSparse host pool usage (mean)",
+        "fraction",
+        None,
+        "Mean of vllm:hisparse_host_cache_usage_perc over the point's samples (vLLM >= 0.32).",
+    ),
+    "hisparse_host_cache_usage_max": MetricSpec(
+        "HiSparse host pool usage (max)",
+        "fraction",
+        None,
+        "Max of vllm:hisparse_host_cache_usage_perc over the point's samples (vLLM >= 0.32).",
+    ),
+    "hisparse_pending_transfers_mean": MetricSpec(
+        "HiSparse pending page transfers (mean)",
+        "pages",
+        None,
+        "Mean of vllm:hisparse_pending_page_transfers, summed over engines (vLLM >= 0.32).",
+    ),
+    "hisparse_pending_transfers_max": MetricSpec(
+        "HiSparse pending page transfers (max)",
+        "pages",
+        None,
+        "Max of vllm:hisparse_pending_page_transfers, summed over engines (vLLM >= 0.32).",
+    ),
     "offload_load_gib": MetricSpec(
         "Offload loads (CPU to GPU)",
         "GiB",

@@ -117,7 +117,7 @@ def test_upstream_builds_cannot_carry_a_fork_surface(tmp_path: Path) -> None:
     }
     path = tmp_path / "builds.yaml"
     path.write_text(yaml.safe_dump(bad))
-    with pytest.raises(ConfigError, match="builds.x: .*fork build"):
+    with pytest.raises(ConfigError, match="key 'builds.x': .*fork build"):
         load_builds(path)
 
 
