@@ -102,6 +102,13 @@ class SimSetup:
             block_tokens = self.model.block_tokens.gpu
         pol: GpuOnly
         args = dict(self.policy_args)
+        scale = self.roofline.host_bytes_scale
+        for key in ("cpu_blocks", "indexer_cpu_blocks", "host_blocks"):
+            if key in args:
+                args[key] = int(args[key] / scale)
+        for key in ("block_bytes", "indexer_block_bytes"):
+            if key in args:
+                args[key] = int(args[key] * scale)
         if self.policy == "offload":
             pol = Offload(self.pool_units, block_tokens, h2d=Channel(1.0),
                           prefix_caching=self.prefix_caching, **args)
@@ -179,8 +186,9 @@ def _host_pool_gib(where: str, serve: dict[str, Any]) -> float | None:
 
 
 def setup_from_profile(profile: Any, calibration: Calibration | None = None,
-                       params: dict[str, float] | None = None) -> SimSetup:
-    """The engine setup for a loaded `harness.profiles.Profile`."""
+                       params: dict[str, float] | None = None,
+                       gpu: str | None = None) -> SimSetup:
+    """The engine setup for a loaded `harness.profiles.Profile` on `gpu` (default h200)."""
     where = f"profile {profile.name} ({profile.source})"
     serve = dict(profile.serve)
     for key in serve:
@@ -191,7 +199,10 @@ def setup_from_profile(profile: Any, calibration: Calibration | None = None,
     if model is None:
         raise ConfigError(f"{where}: model: {profile.model!r} has no model file in "
                           "launch/models (the simulator sizes KV from it)")
-    gpu = calibration.gpu if calibration else DEFAULT_GPU
+    if calibration is not None and gpu is not None and calibration.gpu != gpu:
+        raise ConfigError(f"{calibration.path}: calibrated for GPU {calibration.gpu!r}, "
+                          f"not {gpu!r}; refusing it")
+    gpu = gpu or (calibration.gpu if calibration else DEFAULT_GPU)
     if calibration is not None and calibration.model != model.name:
         raise ConfigError(f"{calibration.path}: calibrated for model {calibration.model!r}, "
                           f"the profile serves {model.name!r}; refusing it")

@@ -257,7 +257,7 @@ class HiSparse(GpuOnly):
         saving = self._saving(req)
         if saving <= 0:
             return
-        self.host.store(req.conv, req.blocks)
+        self.host.store(req.conv, self.full_blocks(req))
         self.host.pinned.add(req.conv)
         self.pool.release(saving)
         req.units -= saving

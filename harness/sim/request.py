@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass
@@ -25,7 +25,6 @@ class Request:
     cached_at_start: int = 0  # prompt tokens served from a cache at the first schedule
     first_token_at: float | None = None
     finished_at: float | None = None
-    token_times: list[float] = field(default_factory=list)
 
     @property
     def total(self) -> int:
