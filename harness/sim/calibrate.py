@@ -178,6 +178,7 @@ def _git_commit() -> str | None:
         out = subprocess.run(
             ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
             capture_output=True,
+            check=False,
             text=True,
             timeout=10,
         )

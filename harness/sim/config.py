@@ -251,10 +251,10 @@ def setup_from_profile(
     """The engine setup for a loaded `harness.profiles.Profile` on `gpu` (default h200)."""
     where = f"profile {profile.name} ({profile.source})"
     serve = dict(profile.serve)
-    for key in serve:
+    for key, value in serve.items():
         if key not in MODELLED and key not in NO_EFFECT:
             raise ConfigError(
-                f"{where}: serve.{key}: {serve[key]!r}: the simulator does not model this option"
+                f"{where}: serve.{key}: {value!r}: the simulator does not model this option"
             )
     model = find_model_for(profile.model)
     if model is None:

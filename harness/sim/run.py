@@ -99,7 +99,6 @@ def client_summary(records: list[Turn], *, parallel: int, start: float) -> Clien
         for r in ok
         if r.decode_steps and r.ttft is not None
     ]
-    mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
     return ClientSummary(
         total_requests=len(records),
         success_requests=len(ok),
@@ -119,6 +118,10 @@ def client_summary(records: list[Turn], *, parallel: int, start: float) -> Clien
         decoded_tok_per_iter=out / sum(r.decode_steps + 1 for r in ok) if ok else None,
         raw={"simulated": True},
     )
+
+
+def mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
 
 
 def _ms(value: float | None) -> float | None:
