@@ -195,7 +195,10 @@ def write_calibration(
         "model": TARGET_MODEL,
         "gpu": TARGET_GPU,
         "params": params,
-        "fixed": {"pcie_eff": "roofline default (sim.md 5: ~50-55 of 64 GB/s for bulk copies)"},
+        "fixed": {
+            "pcie_eff": "roofline default 0.8 (sim.md 5: ~50-55 of 64 GB/s for bulk copies)",
+            "hbm_eff": "roofline default 0.8 (sim.md 5: use ~0.8 of 4.8 TB/s)",
+        },
         "provenance": {
             "fitted_to": str(published.relative_to(REPO_ROOT)),
             "fitted_to_sha256": hashlib.sha256(published.read_bytes()).hexdigest(),

@@ -288,7 +288,11 @@ def setup_from_profile(
         raise ConfigError(f"{where}: serve.kv-cache-dtype: {dtype!r} not in {model.source_file}")
     util = serve.get("gpu-memory-utilization", model.gpu_memory_utilization)
     max_seqs = _int(where, "serve.max-num-seqs", serve.get("max-num-seqs", 256))
-    kv_override = calibration.kv_gib_per_gpu if calibration else None
+    fitted = dict(calibration.params) if calibration else {}
+    fitted.update(params or {})
+    kv_override = fitted.pop("kv_gib_per_gpu", None)
+    if kv_override is None and calibration is not None:
+        kv_override = calibration.kv_gib_per_gpu
     try:
         dep = make_deployment(
             model,
@@ -330,8 +334,6 @@ def setup_from_profile(
         policy, pool = "gpu", lim.baseline_pool
     if "num-gpu-blocks-override" in serve:
         pool = _int(where, "serve.num-gpu-blocks-override", serve["num-gpu-blocks-override"])
-    fitted = dict(calibration.params) if calibration else {}
-    fitted.update(params or {})
     roof = Roofline(
         tp=tp,
         hbm_tbps=gf.hbm_tbps,

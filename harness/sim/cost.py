@@ -59,7 +59,11 @@ FIT_PARAMS: dict[str, tuple[float, float]] = {
     # Bytes of one offloaded block in the served layout / the calculator's block bytes: the
     # FP8 row with scales is 656 B, not 576 (sim.md 3), and cache groups may be padded.
     "host_bytes_scale": (1.0, 2.0),
+    # KV budget per GPU, GiB: the calculator's 17.8 (15 GiB runtime reserve) up to the
+    # roofline estimate 33.6 (6 GiB reserve); vLLM's start-up log states the real one (sim.md 3).
+    "kv_gib_per_gpu": (15.0, 34.0),
 }
+CONFIG_PARAMS = ("kv_gib_per_gpu",)  # applied when the pools are sized, not in the step cost
 
 
 @dataclass

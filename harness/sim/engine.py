@@ -66,9 +66,9 @@ class Engine:
         sched = self.scheduler
         client.rid_base = self.rid_next
         start = self.now
+        samples = self._scrape(start)  # the harness scrapes once before the client starts
         for req in client.start(start):
             sched.add(req)
-        samples = self._scrape(start)
         next_scrape = start + scrape_interval
         width = sched.mtp.verify_width
         steps = 0
