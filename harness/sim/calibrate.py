@@ -126,7 +126,7 @@ def _scale(x: list[float], names: tuple[str, ...]) -> dict[str, float]:
     out = {}
     for name, v in zip(names, x, strict=True):
         low, high = FIT_PARAMS[name]
-        out[name] = low + min(1.0, max(0.0, v)) * (high - low)
+        out[name] = float(low + min(1.0, max(0.0, float(v))) * (high - low))
     return out
 
 
@@ -164,7 +164,9 @@ def fit(
             )
         return value
 
-    if "prefill_eff" in names:  # a decade of plausible values: scan it before the simplex
+    if (
+        start is None and "prefill_eff" in names
+    ):  # a decade of plausible values: scan it before the simplex
         scan = [
             (objective(_unscale({**begin, "prefill_eff": p}, names)), p)
             for p in (0.03, 0.05, 0.08, 0.15, 0.4)
@@ -187,8 +189,14 @@ def fit(
             "fatol": 1e-4,
         },
     )
-    params = {k: round(v, 6) for k, v in best[1].items()}
+    params = {k: round(float(v), 6) for k, v in best[1].items()}
     return params, errors(targets, params), evals
+
+
+def _start_info(start: Path | None) -> Any:
+    if start is None:
+        return {"from": "sim.md 3/5 values (START), prefill_eff scanned", "params": START}
+    return {"from": str(start), "params": yaml.safe_load(start.read_text("utf-8"))["params"]}
 
 
 def _git_commit() -> str | None:
@@ -206,7 +214,12 @@ def _git_commit() -> str | None:
 
 
 def write_calibration(
-    path: Path, params: dict[str, float], rows: list[dict], evals: int, published: Path = PUBLISHED
+    path: Path,
+    params: dict[str, float],
+    rows: list[dict],
+    evals: int,
+    published: Path = PUBLISHED,
+    start: Path | None = None,
 ) -> None:
     data = {
         "schema": CALIBRATION_SCHEMA,
@@ -216,6 +229,7 @@ def write_calibration(
         "fixed": {
             "pcie_eff": "roofline default 0.8 (sim.md 5: ~50-55 of 64 GB/s for bulk copies)",
             "hbm_eff": "roofline default 0.8 (sim.md 5: use ~0.8 of 4.8 TB/s)",
+            "frontend_us_per_token": "roofline default 2.0 (estimate: tokenizer + template)",
         },
         "provenance": {
             "fitted_to": str(published.relative_to(REPO_ROOT)),
@@ -226,6 +240,7 @@ def write_calibration(
             "loss": "sum of w x log(simulated / published)^2, w = "
             + ", ".join(f"{k} {v}" for k, v in WEIGHTS.items()),
             "evaluations": evals,
+            "start": _start_info(start),
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "harness_version": __version__,
             "git_commit": _git_commit(),

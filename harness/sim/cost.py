@@ -95,6 +95,11 @@ class Roofline:
     acceptance_length: float = 2.8
     step_overhead_ms: float = 0.0
     host_bytes_scale: float = 1.0
+    # Not fitted: time before the engine sees a request (HTTP, chat template, tokenising the
+    # whole re-sent history), per prompt token. Estimate: ~1 us/token for a fast tokenizer plus
+    # as much again for templating and the API server (sim.md 2: the gauge reads below the
+    # client's in-flight count for this reason).
+    frontend_us_per_token: float = 2.0
 
     def pcie_bytes_per_s(self) -> float:
         return self.pcie_gbps * 1e9 * self.pcie_eff
