@@ -107,3 +107,24 @@ def test_frontend_time_delays_each_turn_by_its_prompt_length(small):
     # mean prompt (the client's avg input tokens) x 10 us.
     extra_ms = a.client.mean_ttft_ms - b.client.mean_ttft_ms
     assert extra_ms == pytest.approx(a.client.avg_input_tokens * 10e-3, rel=1e-6)
+
+
+def test_claims_and_dashboard_read_simulated_blog_sweeps(tmp_path):
+    """The blog's five points on a reduced workload: claims get values, the page says simulated."""
+    from harness.claims import run_claims
+    from harness.dashboard import write_report
+
+    recipe = tmp_path / "blogish.yaml"
+    recipe.write_text(
+        "number: 128\nnum_turns: 2\nfirst_turn_length: 6000\nsubsequent_turn_length: 300\n"
+    )
+    sets = ["sweep.scrape_interval_s=2"]
+    runs = [
+        run_simulation(arm, dataset=str(recipe), overrides=sets, out=tmp_path, run_id=arm)
+        for arm in ("hisparse384", "offload512")
+    ]
+    results, _ = run_claims(runs)
+    applied = [r for r in results if r.status != "skipped"]
+    assert applied and all(r.left is not None for r in applied), [r.detail for r in applied]
+    page = write_report(runs, out=tmp_path / "report.html")
+    assert "hisparse384 · simulated" in page.read_text(encoding="utf-8")
