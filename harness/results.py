@@ -297,7 +297,7 @@ class RunManifest(_Record):
     created_at: float
     finished_at: float | None = None
     harness_version: str
-    engine: Literal["vllm", "url"]
+    engine: Literal["vllm", "url", "sim"]
     base_url: str
     profile_name: str
     profile: dict[str, Any]  # fully resolved profile (after extends and overrides)

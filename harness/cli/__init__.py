@@ -15,6 +15,7 @@ from harness.cli import (
     launch,
     regress,
     report,
+    simulate,
     sweep,
     tiny_models,
 )
@@ -31,7 +32,18 @@ def cli() -> None:
     """
 
 
-for area in (launch, doctor, tiny_models, dataset, sweep, report, capacity, regress, coherence):
+for area in (
+    launch,
+    doctor,
+    tiny_models,
+    dataset,
+    sweep,
+    simulate,
+    report,
+    capacity,
+    regress,
+    coherence,
+):
     area.register(cli)
 
 

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, model_validator
 
 from harness.config import read_yaml, validate

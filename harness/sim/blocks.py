@@ -1,0 +1,177 @@
+"""Block accounting in plain ints: the GPU pool with its prefix cache, and host-side LRU pools.
+
+Prefix caching is per conversation: a conversation's turns re-send its history, so the blocks
+worth keeping for it are always a prefix of its token sequence, and one count per conversation
+says how many of its blocks are cached. Blocks are never shared between conversations (the
+padded datasets make every conversation's first block unique).
+
+The two kinds of pool evict differently, as vLLM does:
+* GPU (`GpuPool`): a finished request's blocks join the free queue tail-first, so eviction takes
+  a conversation's last blocks first and the rest of its prefix stays usable.
+* host LRU (`PrefixLru`, the CPU offload pool and the HiSparse host pool): blocks are touched in
+  prefix order, so the LRU victim is a conversation's *first* block, and a prefix that lost its
+  head is useless (`broken`) although its other blocks still take space until they are evicted.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+
+@dataclass
+class _Cached:
+    blocks: int
+    units_per_block: int
+
+
+class GpuPool:
+    """`capacity` units; a block costs `units_per_block` units (1 for vLLM's own KV blocks)."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"GPU pool of {capacity} units: must be >= 1")
+        self.capacity = capacity
+        self.free = capacity  # units neither in use nor holding a cached block
+        self.cached: OrderedDict[int, _Cached] = OrderedDict()  # conv -> entry, LRU first
+        self.cached_units = 0
+        self.evicted_blocks = 0
+
+    @property
+    def used(self) -> int:
+        return self.capacity - self.free - self.cached_units
+
+    def available(self) -> int:
+        """Units an allocation can get: free plus evictable cached."""
+        return self.free + self.cached_units
+
+    def cached_blocks(self, conv: int) -> int:
+        entry = self.cached.get(conv)
+        return entry.blocks if entry else 0
+
+    def allocate(self, units: int) -> bool:
+        """Take `units`, evicting cached blocks (LRU conversation, tail first) if needed.
+
+        Nothing is evicted when the request cannot be met (vLLM checks the free count first).
+        """
+        if units <= 0:
+            return True
+        if units > self.available():
+            return False
+        while self.free < units:
+            conv, entry = next(iter(self.cached.items()))
+            need = units - self.free
+            take = min(entry.blocks, -(-need // entry.units_per_block))
+            entry.blocks -= take
+            freed = take * entry.units_per_block
+            self.cached_units -= freed
+            self.free += freed
+            self.evicted_blocks += take
+            if entry.blocks == 0:
+                del self.cached[conv]
+        self.free -= units
+        return True
+
+    def take_cached(self, conv: int, blocks: int) -> int:
+        """Hand `blocks` of conv's cached prefix to a request; returns the units they hold.
+
+        The entry is consumed: cached blocks beyond the hit go back to the free units (the
+        request re-caches its own, longer prefix when it finishes).
+        """
+        entry = self.cached.pop(conv, None)
+        if entry is None:
+            return 0
+        blocks = min(blocks, entry.blocks)
+        self.cached_units -= entry.blocks * entry.units_per_block
+        self.free += (entry.blocks - blocks) * entry.units_per_block
+        return blocks * entry.units_per_block
+
+    def release(
+        self,
+        units: int,
+        *,
+        conv: int | None = None,
+        cache_blocks: int = 0,
+        units_per_block: int = 1,
+    ) -> None:
+        """Return `units`; `cache_blocks` of them (a prefix of conv) stay cached, MRU."""
+        cache_units = cache_blocks * units_per_block if conv is not None else 0
+        if cache_units > units:
+            raise ValueError(f"caching {cache_units} units of a release of {units}")
+        self.free += units - cache_units
+        if cache_units:
+            old = self.cached.pop(conv, None)
+            if old is not None:  # a stale shorter copy: drop it
+                self.cached_units -= old.blocks * old.units_per_block
+                self.free += old.blocks * old.units_per_block
+            self.cached[conv] = _Cached(cache_blocks, units_per_block)
+            self.cached_units += cache_units
+
+    def check(self) -> None:
+        total = sum(e.blocks * e.units_per_block for e in self.cached.values())
+        if total != self.cached_units or self.free < 0 or self.used < 0:
+            raise AssertionError(
+                f"pool accounting broken: free {self.free}, cached {self.cached_units} "
+                f"(entries {total}), used {self.used}, capacity {self.capacity}"
+            )
+
+
+@dataclass
+class _Stored:
+    blocks: int
+    broken: bool = False
+
+
+class PrefixLru:
+    """A host pool of `capacity` blocks holding conversation prefixes, LRU, head-first eviction."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 0:
+            raise ValueError(f"host pool of {capacity} blocks: must be >= 0")
+        self.capacity = capacity
+        self.used = 0
+        self.entries: OrderedDict[int, _Stored] = OrderedDict()
+        self.pinned: set[int] = set()  # conversations whose prefix a running request needs
+        self.evicted_blocks = 0
+
+    def lookup(self, conv: int) -> int:
+        """Usable prefix blocks of conv (0 once its head was evicted); touches it."""
+        entry = self.entries.get(conv)
+        if entry is None or entry.broken:
+            return 0
+        self.entries.move_to_end(conv)
+        return entry.blocks
+
+    def store(self, conv: int, blocks: int) -> int:
+        """Hold conv's first `blocks` blocks (MRU); returns how many new blocks were written."""
+        blocks = min(blocks, self.capacity)
+        entry = self.entries.pop(conv, None)
+        have = 0 if entry is None else entry.blocks
+        valid = 0 if entry is None or entry.broken else entry.blocks
+        if entry is not None and blocks < have and not entry.broken:
+            blocks = have  # a shorter store refreshes, it does not shrink
+        self.used += blocks - have
+        self.entries[conv] = _Stored(blocks)
+        self._evict_to_fit(keep=conv)
+        stored = self.entries.get(conv)
+        return max(0, (stored.blocks if stored else 0) - valid)
+
+    def _evict_to_fit(self, keep: int) -> None:
+        for conv in list(self.entries):
+            if self.used <= self.capacity:
+                return
+            if conv == keep or conv in self.pinned:
+                continue
+            entry = self.entries[conv]
+            take = min(entry.blocks, self.used - self.capacity)
+            entry.blocks -= take
+            entry.broken = True
+            self.used -= take
+            self.evicted_blocks += take
+            if entry.blocks == 0:
+                del self.entries[conv]
+        if self.used > self.capacity:  # only the kept/pinned entries remain: trim the newest
+            entry = self.entries[keep]
+            cut = min(entry.blocks, self.used - self.capacity)
+            entry.blocks -= cut
+            self.used -= cut

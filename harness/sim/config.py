@@ -1,0 +1,426 @@
+"""Profile -> simulated engine. Inputs are only: the profile's `serve:` block, the model file in
+launch/models (through harness.capacity), the GPU facts, the workload and a calibration file.
+
+Anything the engine cannot model is an error naming the profile, key and value; serve keys
+that do not change performance (parsers, names) are listed in `NO_EFFECT`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.capacity.deployment import GIB, make_deployment, mtp_hot_rows
+from harness.capacity.formulas import capacity_at
+from harness.capacity.model import ModelSpec, find_model_for
+from harness.errors import ConfigError
+from harness.sim.cost import FIT_PARAMS, Roofline
+from harness.sim.engine import Engine
+from harness.sim.facts import compute_facts, gpu_facts
+from harness.sim.mtp import Mtp
+from harness.sim.policies import Channel, GpuOnly, HiSparse, Offload
+from harness.sim.scheduler import Scheduler
+
+CALIBRATION_SCHEMA = "repro.sim-calibration/1"
+MODELLED = {
+    "tensor-parallel-size",
+    "data-parallel-size",
+    "kv-cache-dtype",
+    "gpu-memory-utilization",
+    "max-model-len",
+    "max-num-batched-tokens",
+    "max-num-seqs",
+    "enable-prefix-caching",
+    "attention-config",
+    "kv-transfer-config",
+    "speculative-config",
+    "num-gpu-blocks-override",
+}
+NO_EFFECT = {
+    "served-model-name",
+    "trust-remote-code",
+    "enable-auto-tool-choice",
+    "tool-call-parser",
+    "reasoning-parser",
+    "dtype",
+}
+CONNECTORS = {"OffloadingConnector"}
+OFFLOAD_SPECS = {"TieringOffloadingSpec", "CPUOffloadingSpec"}
+SPEC_METHODS = {"mtp"}
+DEFAULT_GPU = "h200"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    model: str
+    gpu: str
+    params: dict[str, float]
+    kv_gib_per_gpu: float | None = None
+    path: Path | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def load_calibration(path: Path) -> Calibration:
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: calibration file not found") from None
+    if not isinstance(data, dict) or data.get("schema") != CALIBRATION_SCHEMA:
+        raise ConfigError(f"{path}: schema must be {CALIBRATION_SCHEMA!r}")
+    params = data.get("params") or {}
+    for key, value in params.items():
+        if key not in FIT_PARAMS:
+            raise ConfigError(
+                f"{path}: params.{key}: not a simulator parameter (known: {', '.join(FIT_PARAMS)})"
+            )
+        low, high = FIT_PARAMS[key]
+        if not isinstance(value, int | float) or not low <= value <= high:
+            raise ConfigError(f"{path}: params.{key}: {value!r} outside [{low}, {high}]")
+    for key in ("model", "gpu"):
+        if not isinstance(data.get(key), str):
+            raise ConfigError(f"{path}: {key}: required (the model/GPU it was fitted for)")
+    kv = data.get("kv_gib_per_gpu")
+    return Calibration(
+        data["model"],
+        data["gpu"],
+        {k: float(v) for k, v in params.items()},
+        None if kv is None else float(kv),
+        Path(path),
+        data,
+    )
+
+
+@dataclass
+class SimSetup:
+    """Everything needed to build a fresh engine for one run (one server lifetime)."""
+
+    profile_name: str
+    model: ModelSpec
+    gpu: str
+    tp: int
+    policy: str
+    pool_units: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    prefix_caching: bool
+    spec_tokens: int
+    roofline: Roofline
+    policy_args: dict[str, Any]
+    served_model_name: str
+    facts: dict[str, Any]
+
+    def with_params(self, **params: float) -> SimSetup:
+        return replace(self, roofline=replace(self.roofline, **params))
+
+    def build(self) -> Engine:
+        block_tokens = self.model.block_tokens.baseline
+        if self.policy == "hisparse":
+            block_tokens = self.model.block_tokens.gpu
+        pol: GpuOnly
+        args = dict(self.policy_args)
+        scale = self.roofline.host_bytes_scale
+        for key in ("cpu_blocks", "indexer_cpu_blocks", "host_blocks"):
+            if key in args:
+                args[key] = int(args[key] / scale)
+        for key in ("block_bytes", "indexer_block_bytes"):
+            if key in args:
+                args[key] = int(args[key] * scale)
+        if self.policy == "offload":
+            pol = Offload(
+                self.pool_units,
+                block_tokens,
+                h2d=Channel(1.0),
+                prefix_caching=self.prefix_caching,
+                **args,
+            )
+        elif self.policy == "hisparse":
+            pol = HiSparse(
+                self.pool_units,
+                block_tokens,
+                h2d=Channel(1.0),
+                prefix_caching=self.prefix_caching,
+                **args,
+            )
+        else:
+            pol = GpuOnly(self.pool_units, block_tokens, self.prefix_caching)
+        rf = self.roofline
+        mtp = Mtp(self.spec_tokens, rf.acceptance_length if self.spec_tokens else 1.0)
+        sched = Scheduler(
+            pol,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            mtp=mtp,
+        )
+        labels = {"engine": "0", "model_name": self.served_model_name}
+        return Engine(
+            sched,
+            rf,
+            topk=self.model.architecture.index_topk,
+            labels=labels,
+            row_bytes=rf.row_bytes,
+        )
+
+
+def _int(where: str, key: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{where}: {key}: {value!r} must be an integer >= {minimum}")
+    return value
+
+
+def _spec_tokens(where: str, serve: dict[str, Any]) -> int:
+    spec = serve.get("speculative-config")
+    if spec is None:
+        return 0
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{where}: serve.speculative-config: {spec!r} is not a mapping")
+    method = spec.get("method")
+    if method not in SPEC_METHODS:
+        raise ConfigError(
+            f"{where}: serve.speculative-config.method: {method!r} is not "
+            f"modelled (known: {', '.join(sorted(SPEC_METHODS))})"
+        )
+    for key in spec:
+        if key not in ("method", "num_speculative_tokens"):
+            raise ConfigError(f"{where}: serve.speculative-config.{key}: not modelled")
+    return _int(
+        where,
+        "serve.speculative-config.num_speculative_tokens",
+        spec.get("num_speculative_tokens"),
+        0,
+    )
+
+
+def _connector(where: str, serve: dict[str, Any]) -> int | None:
+    """cpu_bytes_to_use of the OffloadingConnector, or None without a connector."""
+    kv = serve.get("kv-transfer-config")
+    if kv is None:
+        return None
+    name = kv.get("kv_connector") if isinstance(kv, dict) else kv
+    if name not in CONNECTORS:
+        raise ConfigError(
+            f"{where}: serve.kv-transfer-config.kv_connector: {name!r} is not "
+            f"modelled (known: {', '.join(sorted(CONNECTORS))})"
+        )
+    extra = kv.get("kv_connector_extra_config") or {}
+    spec = extra.get("spec_name", "CPUOffloadingSpec")
+    if spec not in OFFLOAD_SPECS:
+        raise ConfigError(
+            f"{where}: serve.kv-transfer-config.kv_connector_extra_config."
+            f"spec_name: {spec!r} is not modelled"
+        )
+    return _int(
+        where,
+        "serve.kv-transfer-config.kv_connector_extra_config.cpu_bytes_to_use",
+        extra.get("cpu_bytes_to_use"),
+        0,
+    )
+
+
+def _host_pool_gib(where: str, serve: dict[str, Any]) -> float | None:
+    att = serve.get("attention-config")
+    if att is None:
+        return None
+    if not isinstance(att, dict) or set(att) - {"hisparse_config"}:
+        raise ConfigError(
+            f"{where}: serve.attention-config: {att!r}: only hisparse_config is modelled"
+        )
+    hs = att.get("hisparse_config") or {}
+    if set(hs) - {"host_pool_gib"}:
+        raise ConfigError(
+            f"{where}: serve.attention-config.hisparse_config: keys "
+            f"{sorted(set(hs) - {'host_pool_gib'})} are not modelled"
+        )
+    value = hs.get("host_pool_gib")
+    if not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(
+            f"{where}: serve.attention-config.hisparse_config.host_pool_gib: {value!r} must be > 0"
+        )
+    return float(value)
+
+
+def setup_from_profile(
+    profile: Any,
+    calibration: Calibration | None = None,
+    params: dict[str, float] | None = None,
+    gpu: str | None = None,
+) -> SimSetup:
+    """The engine setup for a loaded `harness.serve.profiles.Profile` on `gpu` (default h200)."""
+    where = f"profile {profile.name} ({profile.source})"
+    serve = dict(profile.serve)
+    model, gpu = _check_inputs(profile, serve, calibration, gpu, where)
+    tp = _int(where, "serve.tensor-parallel-size", serve.get("tensor-parallel-size", 1))
+    dp = _int(where, "serve.data-parallel-size", serve.get("data-parallel-size", 1))
+    if dp != 1:
+        raise ConfigError(f"{where}: serve.data-parallel-size: {dp}: only DP1 is modelled")
+    if profile.gpus != tp:
+        raise ConfigError(f"{where}: gpus: {profile.gpus} differs from TP {tp} (DP1)")
+    spec = _spec_tokens(where, serve)
+    dtype = serve.get("kv-cache-dtype", "fp8")
+    if dtype not in model.kv_layouts:
+        raise ConfigError(f"{where}: serve.kv-cache-dtype: {dtype!r} not in {model.source_file}")
+    max_seqs = _int(where, "serve.max-num-seqs", serve.get("max-num-seqs", 256))
+    fitted = dict(calibration.params) if calibration else {}
+    fitted.update(params or {})
+    kv_override = fitted.pop("kv_gib_per_gpu", None)
+    if kv_override is None and calibration is not None:
+        kv_override = calibration.kv_gib_per_gpu
+    host_gib = _host_pool_gib(where, serve)
+    try:
+        dep = make_deployment(
+            model,
+            gpu=gpu,
+            tp=tp,
+            dp=dp,
+            kv_dtype=dtype,
+            max_seqs=max_seqs,
+            spec_tokens=spec if host_gib is not None else None,
+            gpu_memory_utilization=serve.get(
+                "gpu-memory-utilization", model.gpu_memory_utilization
+            ),
+            kv_gib_per_gpu=kv_override,
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    rows = mtp_hot_rows(spec, model.architecture.index_topk) if spec else model.default_hot_rows
+    policy, pool, policy_args = _pools(dep, rows, host_gib, _connector(where, serve))
+    if "num-gpu-blocks-override" in serve:
+        pool = _int(where, "serve.num-gpu-blocks-override", serve["num-gpu-blocks-override"])
+    roof = _roofline(model, dtype, gpu_facts(gpu, where), compute_facts(model.name, where), tp)
+    roof.spec_tokens = spec
+    for key, value in fitted.items():
+        if key not in FIT_PARAMS:
+            raise ConfigError(
+                f"sim.{key}: not a simulator parameter (known: {', '.join(FIT_PARAMS)})"
+            )
+        setattr(roof, key, float(value))
+    facts = {
+        "kv_gib_per_gpu": dep.kv_gib_per_gpu,
+        "pool_units": pool,
+        "policy": policy,
+        "gpu": gpu,
+        "hot_rows": rows,
+        **policy_args,
+        "baseline_limit_at_80k": capacity_at(dep, 80000, rows).baseline_limit,
+        "hisparse_limit_at_80k": capacity_at(dep, 80000, rows).hisparse_limit,
+    }
+    return SimSetup(
+        profile_name=profile.name,
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        policy=policy,
+        pool_units=pool,
+        max_num_seqs=max_seqs,
+        max_num_batched_tokens=_int(
+            where, "serve.max-num-batched-tokens", serve.get("max-num-batched-tokens", 8192)
+        ),
+        max_model_len=_int(where, "serve.max-model-len", serve.get("max-model-len", 142000)),
+        prefix_caching=bool(serve.get("enable-prefix-caching", True)),
+        spec_tokens=spec,
+        roofline=roof,
+        policy_args=policy_args,
+        served_model_name=profile.served_model_name,
+        facts=facts,
+    )
+
+
+def _check_inputs(
+    profile: Any,
+    serve: dict[str, Any],
+    calibration: Calibration | None,
+    gpu: str | None,
+    where: str,
+) -> tuple[ModelSpec, str]:
+    for key, value in serve.items():
+        if key not in MODELLED and key not in NO_EFFECT:
+            raise ConfigError(
+                f"{where}: serve.{key}: {value!r}: the simulator does not model this option"
+            )
+    model = find_model_for(profile.model)
+    if model is None:
+        raise ConfigError(
+            f"{where}: model: {profile.model!r} has no model file in "
+            "launch/models (the simulator sizes KV from it)"
+        )
+    if calibration is not None and gpu is not None and calibration.gpu != gpu:
+        raise ConfigError(
+            f"{calibration.path}: calibrated for GPU {calibration.gpu!r}, not {gpu!r}; refusing it"
+        )
+    if calibration is not None and calibration.model != model.name:
+        raise ConfigError(
+            f"{calibration.path}: calibrated for model {calibration.model!r}, "
+            f"the profile serves {model.name!r}; refusing it"
+        )
+    return model, gpu or (calibration.gpu if calibration else DEFAULT_GPU)
+
+
+def _pools(
+    dep: Any, rows: int, host_gib: float | None, cpu_bytes: int | None
+) -> tuple[str, int, dict[str, Any]]:
+    """Policy name, GPU pool units and policy sizes, all from the capacity model."""
+    model, tp = dep.model, dep.tp
+    lim = capacity_at(dep, model.block_tokens.baseline, rows)
+    layout = model.layout(dep.kv_dtype)
+    if host_gib is not None:
+        indexer_block = (
+            layout.indexer_bytes_per_token_layer
+            * model.architecture.indexer_full_layers
+            * model.block_tokens.gpu
+        )
+        return (
+            "hisparse",
+            lim.gpu_pool,
+            {
+                "latent_units": math.ceil(dep.host_block_bytes / dep.hisparse_block_bytes),
+                "indexer_units": model.indexer_pages_per_block,
+                "lease_units": lim.hot_per_request + lim.resident_per_request,
+                "host_blocks": math.floor(host_gib * GIB / dep.host_block_bytes),
+                "indexer_cpu_blocks": (cpu_bytes or 0) // tp // indexer_block,
+                "indexer_block_bytes": indexer_block,
+            },
+        )
+    if cpu_bytes is not None:
+        return (
+            "offload",
+            lim.baseline_pool,
+            {
+                "cpu_blocks": cpu_bytes // tp // dep.baseline_block_bytes,
+                "block_bytes": dep.baseline_block_bytes,
+            },
+        )
+    return "gpu", lim.baseline_pool, {}
+
+
+def _roofline(model: ModelSpec, dtype: str, gf: Any, cf: Any, tp: int) -> Roofline:
+    arch, bt = model.architecture, model.block_tokens
+    layout = model.layout(dtype)  # type: ignore[arg-type]
+    return Roofline(
+        tp=tp,
+        hbm_tbps=gf.hbm_tbps,
+        fp8_tflops=gf.fp8_tflops,
+        pcie_gbps=gf.pcie_gbps,
+        allreduce_ms=2 * arch.num_layers * gf.allreduce_us_per_layer / 1000.0,
+        mtp_draft_ms=cf.mtp_draft_ms,
+        shared_gib=model.weights.shared_gib,
+        routed_gib=model.weights.routed_experts_gib,
+        ep_shards=tp,
+        n_experts=arch.n_routed_experts,
+        experts_per_token=cf.experts_per_token,
+        active_params=cf.active_params,
+        row_bytes=layout.host_block_bytes // bt.host,
+        indexer_row_bytes=layout.indexer_bytes_per_token_layer * arch.indexer_full_layers,
+        attn_flops_per_row=2.0
+        * arch.num_attention_heads
+        * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim)
+        * arch.num_layers,
+        indexer_flops_per_row=2.0
+        * arch.index_n_heads
+        * arch.index_head_dim
+        * arch.indexer_full_layers,
+        spec_tokens=0,
+    )

@@ -1,0 +1,166 @@
+"""The simulated server: a step-synchronous clock around the scheduler, with a /metrics view.
+
+Loop: schedule() -> step time from the cost model -> advance the clock -> apply the step ->
+finished turns hand the client its next request at that instant. When nothing can run (every
+waiting request is loading), the clock jumps to the next load completion. Scrapes are taken at
+the profile's interval on the virtual clock and report the state during the step they fall in.
+The engine persists across the points of a run, as a real server does (prefix caches survive).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from harness.client.scrape import Sample
+from harness.sim.client import PointClient
+from harness.sim.cost import StepStats, step_stats
+from harness.sim.policies import Channel, GpuOnly
+from harness.sim.request import Request
+from harness.sim.scheduler import Scheduler
+
+
+class StepCost(Protocol):
+    def step_time(self, s: StepStats) -> float: ...
+
+    def pcie_bytes_per_s(self) -> float: ...
+
+
+@dataclass
+class PointResult:
+    start: float
+    end: float
+    samples: list[Sample]
+    steps: int
+
+
+class Engine:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        cost: StepCost,
+        *,
+        topk: int,
+        labels: dict[str, str],
+        row_bytes: int,
+    ) -> None:
+        self.scheduler = scheduler
+        self.policy: GpuOnly = scheduler.policy
+        self.cost = cost
+        self.topk = topk
+        self.labels = labels
+        self.row_bytes = row_bytes
+        self.now = 0.0
+        self.steps = 0
+        self.miss_rate = float(getattr(cost, "miss_rate", 0.0))
+        self.hisparse_rows = 0.0
+        self.hisparse_misses = 0.0
+        self.rid_next = 0
+        self.frontend_s_per_token = float(getattr(cost, "frontend_us_per_token", 0.0)) * 1e-6
+        self.pending: list[tuple[float, int, Request]] = []  # (enters the engine, rid, req)
+        h2d = getattr(self.policy, "h2d", None)
+        if isinstance(h2d, Channel):
+            h2d.bytes_per_s = cost.pcie_bytes_per_s()
+
+    # ------------------------------------------------------------------ one point
+    def run_point(
+        self, client: PointClient, scrape_interval: float, max_steps: int = 50_000_000
+    ) -> PointResult:
+        sched = self.scheduler
+        client.rid_base = self.rid_next
+        start = self.now
+        samples = self._scrape(start)  # the harness scrapes once before the client starts
+        for req in client.start(start):
+            self._submit(req)
+        next_scrape = start + scrape_interval
+        width = sched.mtp.verify_width
+        steps = 0
+        while not client.done:
+            self._admit_pending()
+            batch = sched.schedule(self.now)
+            if not batch:
+                wakes = [t for t in (sched.next_load_done(), self._next_pending()) if t is not None]
+                wake = min(wakes) if wakes else None
+                if wake is None or wake <= self.now:
+                    raise RuntimeError(
+                        f"simulator stalled at t={self.now:.3f}s: nothing runs and nothing "
+                        f"loads ({len(sched.waiting)} waiting, {len(sched.running)} running)"
+                    )
+                while next_scrape <= wake:
+                    samples += self._scrape(next_scrape)
+                    next_scrape += scrape_interval
+                self.now = wake
+                continue
+            stats = step_stats(batch, topk=self.topk, verify_width=width)
+            end = self.now + self.cost.step_time(stats)
+            while next_scrape <= end:
+                samples += self._scrape(next_scrape)
+                next_scrape += scrape_interval
+            if stats.offloaded_rows:
+                self.hisparse_rows += stats.offloaded_rows
+                self.hisparse_misses += stats.offloaded_rows * self.miss_rate
+            self.now = end
+            steps += 1
+            if steps > max_steps:
+                raise RuntimeError(f"simulator exceeded {max_steps} steps in one point")
+            for req in sched.update(batch, end):
+                nxt = client.on_finish(req, end)
+                if nxt is not None:
+                    self._submit(nxt)
+        samples += self._scrape(self.now)
+        self.rid_next = client.rid_base + client._rid
+        self.steps += steps
+        return PointResult(start, self.now, samples, steps)
+
+    def _submit(self, req: Request) -> None:
+        """The client sent `req`; the engine's queue sees it after the frontend's work."""
+        ready = req.arrival + req.prompt * self.frontend_s_per_token
+        heapq.heappush(self.pending, (ready, req.rid, req))
+
+    def _admit_pending(self) -> None:
+        while self.pending and self.pending[0][0] <= self.now:
+            self.scheduler.add(heapq.heappop(self.pending)[2])
+
+    def _next_pending(self) -> float | None:
+        return self.pending[0][0] if self.pending else None
+
+    # ------------------------------------------------------------------ metrics
+    def gauges(self) -> dict[str, float]:
+        sched, pool = self.scheduler, self.policy.pool
+        out = {
+            "vllm:num_requests_running": float(len(sched.running)),
+            "vllm:num_requests_waiting": float(len(sched.waiting)),
+            "vllm:kv_cache_usage_perc": pool.used / pool.capacity,
+        }
+        out.update(self.policy.gauges())
+        return out
+
+    def counters(self) -> dict[str, float]:
+        c = self.scheduler.counters
+        out: dict[str, float] = {
+            "vllm:num_preemptions_total": c.preemptions,
+            "vllm:prefix_cache_queries_total": c.prefix_queries,
+            "vllm:prefix_cache_hits_total": c.prefix_hits,
+            "vllm:prompt_tokens_total": c.prompt_tokens,
+            "vllm:generation_tokens_total": c.generation_tokens,
+            "vllm:request_success_total": c.finished,
+        }
+        if self.scheduler.mtp.spec_tokens:
+            out["vllm:spec_decode_num_drafts_total"] = c.drafts
+            out["vllm:spec_decode_num_draft_tokens_total"] = c.draft_tokens
+            out["vllm:spec_decode_num_accepted_tokens_total"] = c.accepted
+        h2d = getattr(self.policy, "h2d", None)
+        if self.policy.name == "offload":
+            out["vllm:kv_offload_load_bytes_total"] = h2d.bytes_total if h2d else 0
+            out["vllm:kv_offload_store_bytes_total"] = getattr(self.policy, "stored_bytes", 0)
+        if self.policy.name == "hisparse":
+            misses = round(self.hisparse_misses)
+            out["vllm:hisparse_cache_hits_total"] = round(self.hisparse_rows) - misses
+            out["vllm:hisparse_cache_misses_total"] = misses
+            out["vllm:hisparse_host_to_device_bytes_total"] = misses * self.row_bytes
+        return out
+
+    def _scrape(self, t: float) -> list[Sample]:
+        values: dict[str, Any] = {**self.gauges(), **self.counters()}
+        return [Sample(t, t, name, dict(self.labels), float(v)) for name, v in values.items()]

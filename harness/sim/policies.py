@@ -1,0 +1,301 @@
+"""Where a request's KV lives: GPU only, conventional offloading, or Hybrid HiSparse.
+
+A policy owns the GPU pool and the host pools, answers where a prefix hit comes from and what it
+costs to load, and sizes what a request takes from the pool. The scheduler calls it; it never
+decides what runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.sim.blocks import GpuPool, PrefixLru
+from harness.sim.request import Request
+
+
+@dataclass(frozen=True)
+class Hit:
+    gpu_blocks: int  # blocks found in the GPU prefix cache
+    external_blocks: int  # further blocks found in a host pool
+    load_bytes: int  # per TP rank, to copy before the request can run (0: none)
+    offloaded: bool = False  # HiSparse: the request starts with host-only history
+
+
+class Channel:
+    """One PCIe direction per rank: transfers queue behind each other."""
+
+    def __init__(self, bytes_per_s: float) -> None:
+        self.bytes_per_s = bytes_per_s
+        self.free_at = 0.0
+        self.bytes_total = 0
+
+    def transfer(self, now: float, nbytes: int) -> float:
+        start = max(now, self.free_at)
+        self.free_at = start + nbytes / self.bytes_per_s
+        self.bytes_total += nbytes
+        return self.free_at
+
+
+class GpuOnly:
+    """vLLM with prefix caching and no connector: a block costs one unit."""
+
+    name = "gpu"
+
+    def __init__(self, pool_units: int, block_tokens: int, prefix_caching: bool = True) -> None:
+        self.pool = GpuPool(pool_units)
+        self.block_tokens = block_tokens
+        self.prefix_caching = prefix_caching
+        self.resident_units = 1
+        self.running: list[Request] = []
+
+    # -- sizes
+    def block_units(self, req: Request) -> int:
+        return self.resident_units
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_tokens)
+
+    def full_blocks(self, req: Request) -> int:
+        return req.computed // self.block_tokens
+
+    def max_hit_blocks(self, req: Request) -> int:
+        """vLLM never serves the last prompt token from cache: it must be computed."""
+        return (req.total - 1) // self.block_tokens if self.prefix_caching else 0
+
+    # -- admission
+    def lookup(self, req: Request) -> Hit:
+        gpu = min(self.pool.cached_blocks(req.conv), self.max_hit_blocks(req))
+        return Hit(gpu, 0, 0)
+
+    def admission_units(self, req: Request, hit: Hit) -> int:
+        """Units the whole input needs beyond the GPU hit (reserve-full-input admission)."""
+        return (self.blocks_for(req.total) - hit.gpu_blocks) * self.resident_units
+
+    def start(self, req: Request, hit: Hit) -> None:
+        """Attach the GPU hit to the request (its units leave the free queue)."""
+        units = self.pool.take_cached(req.conv, hit.gpu_blocks) if hit.gpu_blocks else 0
+        req.blocks, req.units = hit.gpu_blocks, units
+        req.computed = hit.gpu_blocks * self.block_tokens
+
+    def attach_external(self, req: Request, hit: Hit) -> bool:
+        """Allocate the blocks an external hit is loaded into; False if they do not fit."""
+        return hit.external_blocks == 0
+
+    # -- growth
+    def grow(self, req: Request, tokens: int) -> bool:
+        """Make room for `tokens` computed tokens; False: the caller must preempt."""
+        need = self.blocks_for(tokens) - req.blocks
+        if need <= 0:
+            return True
+        units = need * self.block_units(req)
+        if not self.pool.allocate(units):
+            return False
+        req.blocks += need
+        req.units += units
+        return True
+
+    # -- release
+    def release(self, req: Request) -> None:
+        """Free (finish or preemption); full computed blocks stay in the prefix cache."""
+        cache = min(self.full_blocks(req), req.blocks) if self.prefix_caching else 0
+        if req.offloaded:
+            cache = 0  # host-only history: nothing worth caching on the GPU
+        self.on_release(req)
+        self.pool.release(
+            req.units, conv=req.conv, cache_blocks=cache, units_per_block=self.block_units(req)
+        )
+        req.blocks = req.units = req.lease = 0
+        req.offloaded = False
+
+    def on_release(self, req: Request) -> None:
+        """Policy hook: store to host pools."""
+
+    def on_computed(self, req: Request) -> None:
+        """Policy hook after a step advanced the request."""
+
+    def relieve(self, units: int, requester: Request) -> bool:
+        """Policy hook: make `units` available without preemption (HiSparse)."""
+        return False
+
+    def gauges(self) -> dict[str, float]:
+        return {}
+
+
+class Offload(GpuOnly):
+    """OffloadingConnector: a CPU LRU pool per TP rank; hits load over PCIe before running."""
+
+    name = "offload"
+
+    def __init__(
+        self,
+        pool_units: int,
+        block_tokens: int,
+        *,
+        cpu_blocks: int,
+        block_bytes: int,
+        h2d: Channel,
+        prefix_caching: bool = True,
+    ) -> None:
+        super().__init__(pool_units, block_tokens, prefix_caching)
+        self.cpu = PrefixLru(cpu_blocks)
+        self.block_bytes = block_bytes
+        self.h2d = h2d
+        self.stored_bytes = 0
+
+    def lookup(self, req: Request) -> Hit:
+        gpu = min(self.pool.cached_blocks(req.conv), self.max_hit_blocks(req))
+        cpu = min(self.cpu.lookup(req.conv), self.max_hit_blocks(req))
+        ext = max(0, cpu - gpu)
+        return Hit(gpu, ext, ext * self.block_bytes)
+
+    def attach_external(self, req: Request, hit: Hit) -> bool:
+        if hit.external_blocks == 0:
+            return True
+        units = hit.external_blocks * self.resident_units
+        if not self.pool.allocate(units):
+            return False
+        req.blocks += hit.external_blocks
+        req.units += units
+        return True
+
+    def on_release(self, req: Request) -> None:
+        full = min(self.full_blocks(req), req.blocks)
+        written = self.cpu.store(req.conv, full)
+        self.stored_bytes += written * self.block_bytes
+
+
+class HiSparse(GpuOnly):
+    """Hybrid HiSparse: one GPU page pool; requests go host-resident only under pressure.
+
+    Units are HiSparse GPU pages. A resident block costs its latent pages plus its indexer
+    page; a request with host-only history keeps only indexer pages (the indexer KV is always
+    resident and grows) plus a lease of hot-buffer and retained-tail pages from the same pool.
+    Completed blocks are mirrored to the host pool eagerly, so going host-resident moves no
+    bytes. Prefix hits from the host need only the indexer KV reloaded (the 128 GiB offloading
+    pool holds it); the latent stays on the host and is read as top-K misses.
+    """
+
+    name = "hisparse"
+
+    def __init__(
+        self,
+        pool_units: int,
+        block_tokens: int,
+        *,
+        latent_units: int,
+        indexer_units: int,
+        lease_units: int,
+        host_blocks: int,
+        indexer_cpu_blocks: int,
+        indexer_block_bytes: int,
+        h2d: Channel,
+        prefix_caching: bool = True,
+    ) -> None:
+        super().__init__(pool_units, block_tokens, prefix_caching)
+        self.latent_units = latent_units
+        self.indexer_units = indexer_units
+        self.resident_units = latent_units + indexer_units
+        self.lease_units = lease_units
+        self.host = PrefixLru(host_blocks)
+        self.indexer_cpu = PrefixLru(indexer_cpu_blocks)
+        self.indexer_block_bytes = indexer_block_bytes
+        self.h2d = h2d
+        self.conversions = 0
+
+    def block_units(self, req: Request) -> int:
+        return self.indexer_units if req.offloaded else self.resident_units
+
+    def lookup(self, req: Request) -> Hit:
+        gpu = min(self.pool.cached_blocks(req.conv), self.max_hit_blocks(req))
+        host = min(
+            self.host.lookup(req.conv), self.indexer_cpu.lookup(req.conv), self.max_hit_blocks(req)
+        )
+        ext = max(0, host - gpu)
+        return Hit(gpu, ext, ext * self.indexer_block_bytes, offloaded=ext > 0)
+
+    def admission_units(self, req: Request, hit: Hit) -> int:
+        total = self.blocks_for(req.total)
+        resident = (total - hit.gpu_blocks) * self.resident_units
+        offloaded = (
+            total * self.indexer_units + self.lease_units - hit.gpu_blocks * (self.resident_units)
+        )
+        need = min(resident, offloaded)
+        # Pages that host-resident decoding would hand back also count as room.
+        return max(0, need - self.reclaimable(exclude=req))
+
+    def reclaimable(self, exclude: Request | None = None) -> int:
+        return sum(self._saving(r) for r in self.running if r is not exclude)
+
+    def _saving(self, req: Request) -> int:
+        if req.offloaded or req.blocks == 0:
+            return 0
+        return req.blocks * self.latent_units - self.lease_units
+
+    def attach_external(self, req: Request, hit: Hit) -> bool:
+        if hit.external_blocks == 0:
+            return True
+        units = hit.external_blocks * self.indexer_units + self.lease_units
+        drop = req.blocks * self.latent_units  # GPU-hit blocks keep only their indexer pages
+        if units > drop and not self.pool.allocate(units - drop):
+            return False
+        if drop > units:
+            self.pool.release(drop - units)
+        req.blocks += hit.external_blocks
+        req.units += units - drop
+        req.lease = self.lease_units
+        req.offloaded = True
+        self.host.pinned.add(req.conv)
+        return True
+
+    def grow(self, req: Request, tokens: int) -> bool:
+        need = self.blocks_for(tokens) - req.blocks
+        if need <= 0:
+            return True
+        units = need * self.block_units(req)
+        if self.pool.available() < units:
+            self.relieve(units, req)
+            units = need * self.block_units(req)  # the requester may have gone host-resident
+        return super().grow(req, tokens)
+
+    def relieve(self, units: int, requester: Request) -> bool:
+        """Send resident running requests host-resident, largest first, until `units` fit."""
+        candidates = sorted(
+            (r for r in [*self.running, requester] if self._saving(r) > 0),
+            key=lambda r: (-self._saving(r), r.rid),
+        )
+        seen: set[int] = set()
+        for victim in candidates:
+            if self.pool.available() >= units:
+                break
+            if victim.rid in seen:
+                continue
+            seen.add(victim.rid)
+            self.offload_request(victim)
+        return self.pool.available() >= units
+
+    def offload_request(self, req: Request) -> None:
+        """Give up the latent pages of req's history (already mirrored); lease a hot buffer."""
+        saving = self._saving(req)
+        if saving <= 0:
+            return
+        self.host.store(req.conv, self.full_blocks(req))
+        self.host.pinned.add(req.conv)
+        self.pool.release(saving)
+        req.units -= saving
+        req.lease = self.lease_units
+        req.offloaded = True
+        self.conversions += 1
+
+    def on_computed(self, req: Request) -> None:
+        # Eager host mirror of completed blocks (write-back: no GPU page is given up here).
+        self.host.store(req.conv, self.full_blocks(req))
+
+    def on_release(self, req: Request) -> None:
+        full = self.full_blocks(req)
+        self.host.store(req.conv, full)
+        self.host.pinned.discard(req.conv)
+        self.indexer_cpu.store(req.conv, full)
+
+    def gauges(self) -> dict[str, float]:
+        cap = self.host.capacity
+        return {"vllm:hisparse_host_cache_usage_perc": self.host.used / cap if cap else 0.0}

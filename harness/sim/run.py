@@ -1,0 +1,334 @@
+"""`repro simulate`: a run directory in the same schema as a real sweep, from the simulator.
+
+Points are planned by `harness.run.sweep.plan_points` (the blog's offsets and rotation), derived by
+`harness.analysis.metrics.derive_point_metrics` from the simulated samples.csv and client records, and
+written with `harness.results`' records. Times are virtual seconds from the engine's start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness import __version__
+from harness.analysis.metrics import RequestTiming, derive_point_metrics
+from harness.client.scrape import write_samples_csv
+from harness.errors import ConfigError, RunError
+from harness.identity import configuration_key
+from harness.paths import DATASETS_DIR, results_dir
+from harness.results import (
+    ClientSummary,
+    PointRecord,
+    RunLayout,
+    RunManifest,
+    atomic_write_json,
+    write_summary,
+)
+from harness.run.plan import plan_points
+from harness.sim.client import PointClient, Turn, Workload, shaped_workload
+from harness.sim.config import SimSetup, load_calibration, setup_from_profile
+
+BLOG_SHAPE = {
+    "number": 128,
+    "num_turns": 13,
+    "first_turn_length": 74160,
+    "subsequent_turn_length": 753,
+}
+
+
+@dataclass
+class SimPoint:
+    record: PointRecord
+    steps: int
+
+
+def load_workload(spec: str | None) -> Workload:
+    """No spec: the blog shape (recipe.md 6.8). A recipe name/YAML or a built JSON's metadata."""
+    if spec is None:
+        return shaped_workload(**_shape(BLOG_SHAPE, "blog-shaped"), source="blog-shaped")
+    path = Path(spec).expanduser()
+    if path.suffix == ".json" and path.is_file():
+        data = json.loads(path.read_text(encoding="utf-8"))
+        meta = data.get("metadata") or {}
+        convs = data.get("conversations") or []
+        shape = {**meta, "number": len(convs), "num_turns": len(convs[0]) if convs else 0}
+        return shaped_workload(**_shape(shape, str(path)), source=str(path))
+    recipe = path if path.suffix in (".yaml", ".yml") else DATASETS_DIR / f"{spec}.yaml"
+    if not recipe.is_file():
+        raise ConfigError(f"--dataset {spec!r}: no recipe {recipe} and no built JSON")
+    data = yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}
+    return shaped_workload(**_shape(data, str(recipe)), source=str(recipe))
+
+
+def _shape(data: dict[str, Any], where: str) -> dict[str, int]:
+    out = {}
+    keys = {
+        "number": "number",
+        "num_turns": "num_turns",
+        "first_turn_length": "first",
+        "subsequent_turn_length": "subsequent",
+    }
+    for key, arg in keys.items():
+        value = data.get(key)
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(
+                f"{where}: {key}: {value!r}: the simulator needs per-turn token "
+                "counts (a positive integer)"
+            )
+        out[arg] = value
+    return out
+
+
+def client_summary(records: list[Turn], *, parallel: int, start: float) -> ClientSummary:
+    ok = [r for r in records if r.success and r.end is not None]
+    end = max((r.end for r in records if r.end is not None), default=start)
+    duration = max(end - start, 1e-9)
+    prompt = sum(r.prompt for r in ok)
+    out = sum(r.out for r in ok)
+    tpots = [
+        (r.end - r.start - r.ttft) / (r.out - 1) for r in ok if r.out > 1 and r.ttft is not None
+    ]
+    itls = [
+        (r.end - r.start - r.ttft) / r.decode_steps
+        for r in ok
+        if r.decode_steps and r.ttft is not None
+    ]
+    return ClientSummary(
+        total_requests=len(records),
+        success_requests=len(ok),
+        failed_requests=len(records) - len(ok),
+        duration_s=duration,
+        concurrency=parallel,
+        request_throughput=len(ok) / duration,
+        output_throughput=out / duration,
+        total_throughput=(prompt + out) / duration,
+        mean_latency_s=mean([r.end - r.start for r in ok]),
+        mean_ttft_ms=_ms(mean([r.ttft for r in ok if r.ttft is not None])),
+        mean_tpot_ms=_ms(mean(tpots)),
+        mean_itl_ms=_ms(mean(itls)),
+        avg_input_tokens=prompt / len(ok) if ok else None,
+        avg_output_tokens=out / len(ok) if ok else None,
+        kv_cache_hit_rate_pct=100.0 * sum(r.client_cached for r in ok) / prompt if prompt else None,
+        decoded_tok_per_iter=out / sum(r.decode_steps + 1 for r in ok) if ok else None,
+        raw={"simulated": True},
+    )
+
+
+def mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else value * 1000.0
+
+
+def _p99(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+def simulate_points(
+    setup: SimSetup,
+    workload: Workload,
+    sweep: Any,
+    only: Sequence[str] | None = None,
+    gpus: int = 1,
+) -> list[tuple[PointRecord, list[Any]]]:
+    """Run every planned point on one engine (one server lifetime); records + samples."""
+    engine = setup.build()
+    turns = min(workload.num_turns, sweep.max_turns or workload.num_turns)
+    planned = plan_points(
+        [tuple(p) for p in sweep.points],
+        dataset_offset=sweep.dataset_offset,
+        num_conversations=workload.num_conversations,
+        only=only,
+    )
+    out = []
+    for plan in planned:
+        client = PointClient(
+            workload,
+            plan.conversations,
+            plan.parallel,
+            turns,
+            sweep.max_tokens,
+            setup.max_model_len,
+        )
+        res = engine.run_point(client, sweep.scrape_interval_s)
+        out.append((_record(plan, client, res, turns, gpus), res.samples))
+        engine.now += sweep.sleep_between_points_s
+    return out
+
+
+def _record(plan: Any, client: PointClient, res: Any, turns: int, gpus: int) -> PointRecord:
+    recs = client.records
+    summary = client_summary(recs, parallel=plan.parallel, start=res.start)
+    ok = [r for r in recs if r.success]
+    pct = [
+        {
+            "Percentiles": "99%",
+            "TTFT (ms)": _ms(_p99([r.ttft for r in ok if r.ttft is not None])),
+            "TPOT (ms)": _ms(
+                _p99(
+                    [
+                        (r.end - r.start - r.ttft) / (r.out - 1)
+                        for r in ok
+                        if r.out > 1 and r.ttft is not None
+                    ]
+                )
+            ),
+        }
+    ]
+    timings = [RequestTiming(r.start, r.end, r.success, r.prompt, r.out) for r in recs]
+    derived = derive_point_metrics(
+        res.samples,
+        client=summary,
+        percentiles=pct,
+        requests=timings,
+        parallel=plan.parallel,
+        gpus=gpus,
+    )
+    expected = plan.number * turns
+    reasons = []
+    if summary.failed_requests:
+        reasons.append(
+            f"{summary.failed_requests} failed requests (prompt + max_tokens > "
+            "max-model-len: conversation abandoned)"
+        )
+    if summary.total_requests != expected:
+        reasons.append(
+            f"total requests {summary.total_requests} != {plan.number} "
+            f"conversations x {turns} turns = {expected}"
+        )
+    ends = [r.end for r in recs if r.end is not None]
+    window = (min(r.start for r in recs), max(ends)) if recs and ends else (res.start, res.end)
+    return PointRecord(
+        point_id=plan.point_id,
+        label=plan.label,
+        parallel=plan.parallel,
+        number=plan.number,
+        repeat=plan.repeat,
+        dataset_offset=plan.dataset_offset,
+        conversations=plan.conversations,
+        turns=turns,
+        expected_requests=expected,
+        started_at=res.start,
+        ended_at=res.end,
+        window=window,
+        valid=not reasons,
+        invalid_reasons=reasons,
+        client=summary,
+        metrics=derived.metrics,
+        samples=derived.scrapes,
+        scrape_gaps=0,
+        client_command=[],
+        client_exit_code=0,
+        overhead_s=0.0,
+        server_restarts=0,
+        fidelity={**derived.info, "engine_steps": res.steps},
+        notes=["simulated (virtual clock)"],
+    )
+
+
+def run_simulation(
+    profile_name: str,
+    *,
+    dataset: str | None = None,
+    calibration: Path | None = None,
+    overrides: Sequence[str] = (),
+    points: Sequence[str] | None = None,
+    out: Path | None = None,
+    run_id: str | None = None,
+) -> Path:
+    """Simulate a profile's sweep and write its run directory; returns the directory."""
+    from harness.serve.profiles import load_profile
+
+    serve_sets = [o for o in overrides if not o.startswith("sim.")]
+    params = {}
+    for text in overrides:
+        if text.startswith("sim."):
+            key, sep, value = text.partition("=")
+            if not sep:
+                raise ConfigError(f"--set {text!r}: expected sim.KEY=VALUE")
+            try:
+                params[key.removeprefix("sim.")] = float(value)
+            except ValueError:
+                raise ConfigError(f"--set {text!r}: {value!r} is not a number") from None
+    prof = load_profile(profile_name, serve_sets)
+    cal = load_calibration(calibration) if calibration else None
+    setup = setup_from_profile(prof, cal, params)
+    workload = load_workload(dataset)
+    rid = run_id or f"sim-{prof.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    run_dir = Path(out or results_dir()) / rid
+    if run_dir.exists():
+        raise RunError(
+            f"{run_dir}: already exists; a simulation never writes into an existing run directory"
+        )
+    gpus = max(int(prof.gpus), 1)
+    results = simulate_points(setup, workload, prof.sweep, points, gpus)
+    layout = RunLayout(run_dir)
+    run_dir.mkdir(parents=True)
+    profile_dump = prof.model_dump(mode="json")
+    sweep_dump = prof.sweep.model_dump(mode="json")
+    digest = hashlib.sha256(repr(workload.turns).encode()).hexdigest()
+    cal_info = _calibration_info(cal)
+    manifest = RunManifest(
+        run_id=rid,
+        status="complete",
+        created_at=time.time(),
+        finished_at=time.time(),
+        harness_version=__version__,
+        engine="sim",
+        base_url="sim://",
+        profile_name=prof.name,
+        profile=profile_dump,
+        overrides=list(overrides),
+        gpus=gpus,
+        dataset={
+            "spec": dataset or "blog-shaped",
+            "path": workload.source,
+            "sha256": digest,
+            "num_conversations": workload.num_conversations,
+            "num_turns": workload.num_turns,
+            "manifest": {"token_counts_only": True},
+        },
+        workload_key=configuration_key(
+            dataset_sha256=digest, sweep=sweep_dump, profile=profile_dump
+        ),
+        client={"name": "sim-client", "version": __version__, "semantics": "evalscope multi-turn"},
+        sweep=sweep_dump,
+        planned_points=[r.point_id for r, _ in results],
+        build={
+            "engine": "sim",
+            "calibration": cal_info,
+            "setup": setup.facts,
+            "params": setup.roofline.fitted(),
+        },
+        notes=["simulated run: times are virtual seconds", f"calibration: {cal_info['path']}"],
+    )
+    atomic_write_json(layout.manifest, manifest)
+    for record, samples in results:
+        write_samples_csv(layout.samples_csv(record.point_id), samples)
+        atomic_write_json(layout.point_json(record.point_id), record)
+    write_summary(layout, rid, [r for r, _ in results])
+    return run_dir
+
+
+def _calibration_info(cal: Any) -> dict[str, Any]:
+    if cal is None:
+        return {"path": None, "note": "uncalibrated roofline defaults (sim.md 5)"}
+    return {
+        "path": str(cal.path),
+        "sha256": hashlib.sha256(cal.path.read_bytes()).hexdigest(),
+        "model": cal.model,
+        "gpu": cal.gpu,
+        "params": cal.params,
+    }

@@ -1,0 +1,195 @@
+"""vLLM v1 `Scheduler.schedule()` as the simulator models it (vLLM 0.32.0 semantics).
+
+One call forms one step's batch:
+1. running requests first, in order: a decoding request asks for its verify width
+   (1 + speculative tokens), a prefilling one for the rest of its input, both capped by the
+   token budget (chunked prefill). When the pool cannot grow a running request, the newest
+   running request is preempted (recompute: blocks freed but left in the prefix cache, request
+   back at the head of the waiting queue), until the request fits or is itself preempted;
+2. only if nothing was preempted: waiting requests in FCFS order while the budget and
+   `max_num_seqs` allow. A request is admitted only if its whole input fits
+   (`scheduler_reserve_full_isl`); a prefix found in a host pool is loaded asynchronously first
+   (the request waits, holding the blocks it loads into, and is skipped until the load is done).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from harness.sim.mtp import Mtp
+from harness.sim.policies import GpuOnly
+from harness.sim.request import Request
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    req: Request
+    tokens: int
+    prefill: bool
+    context: int  # tokens already computed before this step
+
+
+@dataclass
+class Counters:
+    preemptions: int = 0
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    external_hits: int = 0
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    finished: int = 0
+
+
+class Scheduler:
+    def __init__(
+        self,
+        policy: GpuOnly,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        mtp: Mtp,
+        reserve_full_isl: bool = True,
+    ) -> None:
+        self.policy = policy
+        self.running: list[Request] = policy.running
+        self.waiting: deque[Request] = deque()
+        self.max_num_seqs = max_num_seqs
+        self.budget = max_num_batched_tokens
+        self.mtp = mtp
+        self.reserve_full_isl = reserve_full_isl
+        self.counters = Counters()
+
+    def add(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    # ------------------------------------------------------------------ schedule
+    def schedule(self, now: float) -> list[Scheduled]:
+        budget = self.budget
+        batch: list[Scheduled] = []
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            want = self.mtp.verify_width if req.decoding else req.total - req.computed
+            n = min(want, budget)
+            lookahead = self.mtp.spec_tokens if req.decoding else 0
+            gone = False
+            while not self.policy.grow(req, req.computed + n + lookahead):
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is req:
+                    gone = True
+                    break
+            if gone:
+                break  # the request preempted itself: it was the last one
+            batch.append(Scheduled(req, n, not req.decoding, req.computed))
+            budget -= n
+            i += 1
+        if not preempted:
+            budget = self._schedule_waiting(now, budget, batch)
+        return batch
+
+    def _preempt(self, req: Request) -> None:
+        self.policy.release(req)
+        req.computed = 0
+        req.preemptions += 1
+        req.load_until = None
+        self.counters.preemptions += 1
+        self.waiting.appendleft(req)
+
+    def _schedule_waiting(self, now: float, budget: int, batch: list[Scheduled]) -> int:
+        skipped: list[Request] = []
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            if req.load_until is not None and req.load_until > now:
+                skipped.append(self.waiting.popleft())
+                continue
+            if req.load_until is None and req.blocks == 0:
+                state = self._admit(req, now)
+                if state == "blocked":
+                    break
+                if state == "loading":
+                    skipped.append(self.waiting.popleft())
+                    continue
+            req.load_until = None
+            n = min(req.total - req.computed, budget)
+            if not self.policy.grow(req, req.computed + n):
+                self.policy.release(req)
+                req.computed = 0
+                break
+            self.waiting.popleft()
+            self.running.append(req)
+            batch.append(Scheduled(req, n, True, req.computed))
+            budget -= n
+        self.waiting.extendleft(reversed(skipped))
+        return budget
+
+    def _admit(self, req: Request, now: float) -> str:
+        """Prefix lookup and reserve-full-input check: 'ready', 'loading' or 'blocked'."""
+        policy = self.policy
+        hit = policy.lookup(req)
+        if self.reserve_full_isl and policy.admission_units(req, hit) > policy.pool.available():
+            return "blocked"
+        policy.start(req, hit)
+        bt = policy.block_tokens
+        c = self.counters
+        c.prefix_queries += req.total
+        c.prefix_hits += hit.gpu_blocks * bt
+        if req.preemptions == 0 and req.cached_at_start == 0:
+            req.cached_at_start = (hit.gpu_blocks + hit.external_blocks) * bt
+        if hit.external_blocks == 0:
+            return "ready"
+        if not policy.attach_external(req, hit):
+            policy.release(req)
+            req.computed = 0
+            return "blocked"
+        c.external_hits += hit.external_blocks * bt
+        req.computed = (hit.gpu_blocks + hit.external_blocks) * bt
+        if hit.load_bytes:
+            req.load_until = policy.h2d.transfer(now, hit.load_bytes)  # type: ignore[attr-defined]
+            return "loading" if req.load_until > now else "ready"
+        return "ready"
+
+    # ------------------------------------------------------------------ update
+    def update(self, batch: list[Scheduled], end: float) -> list[Request]:
+        """Apply one executed step; returns the requests that finished in it."""
+        finished: list[Request] = []
+        c = self.counters
+        spec = self.mtp.spec_tokens
+        for item in batch:
+            req = item.req
+            if item.prefill:
+                req.computed += item.tokens
+                c.prompt_tokens += item.tokens
+                if req.computed >= req.total:
+                    req.out += 1
+                    c.generation_tokens += 1
+                    if req.first_token_at is None:
+                        req.first_token_at = end
+                    self.policy.on_computed(req)
+            else:
+                emitted = min(self.mtp.emitted(req.decode_steps), req.max_out - req.out)
+                req.decode_steps += 1
+                if spec:
+                    c.drafts += 1
+                    c.draft_tokens += spec
+                    c.accepted += emitted - 1
+                req.out += emitted
+                req.computed += emitted
+                c.generation_tokens += emitted
+            if req.done:
+                req.finished_at = end
+                self.running.remove(req)
+                self.policy.release(req)
+                c.finished += 1
+                finished.append(req)
+        return finished
+
+    def next_load_done(self) -> float | None:
+        times = [r.load_until for r in self.waiting if r.load_until is not None]
+        return min(times) if times else None
