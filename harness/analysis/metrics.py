@@ -162,19 +162,15 @@ def percentile_value(
 # --------------------------------------------------------------------------- the derivation
 
 
-def derive_point_metrics(
-    samples: Sequence[Sample],
-    *,
+def _client_metrics(
+    m: dict[str, float | None],
     client: ClientSummary | None,
-    percentiles: Sequence[dict[str, Any]] | None = None,
-    requests: Sequence[RequestTiming] | None = None,
+    percentiles: Sequence[dict[str, Any]] | None,
+    *,
+    divisor: int,
     parallel: int,
-    gpus: int,
-) -> DerivedMetrics:
-    """Every METRICS key (None when not measurable) from one point's data."""
-    divisor = max(gpus, 1)
-    m: dict[str, float | None] = dict.fromkeys(METRICS)
-
+) -> None:
+    """The metrics EvalScope measures on the client side (blog definitions)."""
     if client is not None:
         tpot = client.mean_tpot_ms
         m["interactivity"] = 1000.0 / tpot if tpot else None
@@ -192,6 +188,22 @@ def derive_point_metrics(
         m["duration_s"] = client.duration_s
     m["p99_ttft_ms"] = percentile_value(percentiles, "99%", "TTFT (ms)")
     m["p99_tpot_ms"] = percentile_value(percentiles, "99%", "TPOT (ms)")
+
+
+def derive_point_metrics(
+    samples: Sequence[Sample],
+    *,
+    client: ClientSummary | None,
+    percentiles: Sequence[dict[str, Any]] | None = None,
+    requests: Sequence[RequestTiming] | None = None,
+    parallel: int,
+    gpus: int,
+) -> DerivedMetrics:
+    """Every METRICS key (None when not measurable) from one point's data."""
+    divisor = max(gpus, 1)
+    m: dict[str, float | None] = dict.fromkeys(METRICS)
+
+    _client_metrics(m, client, percentiles, divisor=divisor, parallel=parallel)
 
     running = gauge_per_scrape(samples, "vllm:num_requests_running")
     nonzero = [v for _, v in running if v > 0]

@@ -1,5 +1,6 @@
-"""Ctrl-C on `repro sweep` with the server it launched itself: the whole server process group and
-the client go away, the run is marked partial, and `--resume` finishes it with a new server."""
+"""Ctrl-C or SIGKILL on `repro sweep` with the server it launched itself: the whole server process
+group and the client go away, the run is marked partial (Ctrl-C) or listed stale (SIGKILL: its
+owner died without a word), and `--resume` finishes it with a new server."""
 
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ from harness.serve.server import free_port
 pytestmark = pytest.mark.e2e
 
 REPRO = [str(Path(sys.executable).parent / "repro")]  # the console script a user runs
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
-def test_ctrl_c_stops_server_and_client_then_resume_finishes(cpu_build, tmp_path):
+def _sweep_until_client_runs(tmp_path: Path, run_id: str) -> tuple[subprocess.Popen, dict, Path]:
+    """`repro sweep` with its own server, started as a user starts it, once a point's client
+    runs against that server; returns the process, the server/client process groups and the log."""
     port = free_port()
-    run = tmp_path / "results" / "ctrlc"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     command = [
         *REPRO,
         "sweep",
@@ -36,50 +38,43 @@ def test_ctrl_c_stops_server_and_client_then_resume_finishes(cpu_build, tmp_path
         "--out",
         str(tmp_path / "results"),
         "--run-id",
-        "ctrlc",
+        run_id,
         "--port",
         str(port),
         "--no-report",
     ]
-    log = (tmp_path / "sweep.log").open("w")
-    sweep = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    log_path = tmp_path / f"{run_id}.log"
+    with log_path.open("w") as log:
+        sweep = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=ENV)
     groups: dict[str, int] = {}
     deadline = time.monotonic() + 900
-    try:
-        # Wait until the first point's client is running against the launched server.
-        while time.monotonic() < deadline and sweep.poll() is None:
-            for pgid, cmd in children(sweep.pid).values():
-                if " serve " in cmd and f"--port {port}" in cmd:
-                    groups["server"] = pgid
-                elif "evalscope" in cmd and " perf " in cmd:
-                    groups["client"] = pgid
-            if len(groups) == 2:
-                break
-            time.sleep(0.5)
-        assert sweep.poll() is None, (tmp_path / "sweep.log").read_text()[-3000:]
-        assert set(groups) == {"server", "client"}
-        time.sleep(2)  # requests in flight
-        sweep.send_signal(signal.SIGINT)  # what Ctrl-C delivers to the foreground process
-        code = sweep.wait(timeout=120)
-    finally:
-        if sweep.poll() is None:
-            sweep.kill()
-        log.close()
-    output = (tmp_path / "sweep.log").read_text()
-    assert code == 130, output[-3000:]
-    assert "interrupted" in output
-    stop_by = time.monotonic() + 10
+    while time.monotonic() < deadline and sweep.poll() is None:
+        for pgid, cmd in children(sweep.pid).values():
+            if " serve " in cmd and f"--port {port}" in cmd:
+                groups["server"] = pgid
+            elif "evalscope" in cmd and " perf " in cmd:
+                groups["client"] = pgid
+        if len(groups) == 2:
+            break
+        time.sleep(0.5)
+    assert sweep.poll() is None, log_path.read_text()[-3000:]
+    assert set(groups) == {"server", "client"}
+    time.sleep(2)  # requests in flight
+    return sweep, groups, log_path
+
+
+def _gone_within(groups: dict[str, int], seconds: float) -> None:
+    stop_by = time.monotonic() + seconds
     while time.monotonic() < stop_by and any(group_alive(g) for g in groups.values()):
         time.sleep(0.2)
-    assert not group_alive(groups["server"]), "vLLM process group outlived Ctrl-C"
-    assert not group_alive(groups["client"]), "EvalScope client outlived Ctrl-C"
-    manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["status"] == "partial"
-    assert not (run / "points" / "p001-n0002-r0" / "point.json").exists()  # cut mid-point
+    assert not group_alive(groups["server"]), "vLLM process group outlived the harness"
+    assert not group_alive(groups["client"]), "EvalScope client outlived the harness"
 
+
+def _resume_finishes(run: Path) -> None:
     resumed = subprocess.run(
         [*REPRO, "sweep", "--resume", str(run), "--no-report"],
-        env=env,
+        env=ENV,
         capture_output=True,
         text=True,
         timeout=1200,
@@ -92,3 +87,42 @@ def test_ctrl_c_stops_server_and_client_then_resume_finishes(cpu_build, tmp_path
     assert all(p.valid for p in finished.points), [p.invalid_reasons for p in finished.points]
     # The half-run first attempt was set aside, not overwritten or deleted.
     assert [p.name for p in (run / "attempts").iterdir()] == ["p001-n0002-r0-0"]
+
+
+def test_ctrl_c_stops_server_and_client_then_resume_finishes(cpu_build, tmp_path):
+    sweep, groups, log_path = _sweep_until_client_runs(tmp_path, "ctrlc")
+    try:
+        sweep.send_signal(signal.SIGINT)  # what Ctrl-C delivers to the foreground process
+        code = sweep.wait(timeout=120)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    output = log_path.read_text()
+    assert code == 130, output[-3000:]
+    assert "interrupted" in output
+    _gone_within(groups, 10)
+    run = tmp_path / "results" / "ctrlc"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "partial"
+    assert not (run / "points" / "p001-n0002-r0" / "point.json").exists()  # cut mid-point
+    _resume_finishes(run)
+
+
+def test_sigkilled_sweep_takes_server_and_client_and_its_run_is_stale_then_resumes(
+    cpu_build, tmp_path
+):
+    sweep, groups, _log = _sweep_until_client_runs(tmp_path, "killed")
+    sweep.kill()  # SIGKILL: no handler runs, nothing in the harness can clean up
+    sweep.wait(timeout=30)
+    _gone_within(groups, 30)  # the watchdog's parent-death signal stops both groups
+    run = tmp_path / "results" / "killed"
+    assert json.loads((run / "manifest.json").read_text())["status"] == "running"
+    listed = subprocess.run(
+        [*REPRO, "runs", "list", "--out", str(tmp_path / "results")],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert any(line.split()[:2] == ["killed", "stale"] for line in listed.splitlines()), listed
+    _resume_finishes(run)
