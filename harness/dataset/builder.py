@@ -40,7 +40,7 @@ import numpy as np
 from harness import __version__ as harness_version
 from harness.dataset import output as out
 from harness.dataset.exact import Piece, TurnChecker, TurnPlan
-from harness.dataset.padpool import PadPiece, PadPool, random_pad
+from harness.dataset.padpool import PadPiece, PadPool, parallelism, random_pad
 from harness.dataset.poolcache import PoolCache, pool_key, source_identity
 from harness.dataset.recipe import Recipe
 from harness.dataset.sources import Source, collect_conversations, iter_pad_texts
@@ -220,6 +220,9 @@ def _pool(
             cache_info["note"] = f"rebuilt: {problem}"
             cache.discard(key)
         cache_info["status"] = "miss"
+    threads = parallelism()
+    if threads.startswith("1 thread"):
+        echo(f"  pad pool: encoding on {threads}; unset it to use every core")
     pool = PadPool(tok, iter_pad_texts(pad_src, recipe.pad_text_field), target)
     if cache_info["status"] == "miss":
         PoolCache().store(cache_info["key"], pool.encoded)

@@ -10,6 +10,7 @@ number of tokens; the cursor skips the few ids needed to find such a start.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,6 +32,17 @@ SANITIZE_RULES = {
 }
 _BATCH_CHARS = 4_000_000  # collection decisions are taken per batch of this many characters
 _ENCODE_CHARS = 1_000_000  # ... which is encoded in slices of this size (bounds peak memory)
+
+
+def parallelism() -> str:
+    """How many threads the Rust backend's batch encoding can use here. The `tokenizers`
+    bindings turn parallelism off in a process forked after it was used (they set
+    TOKENIZERS_PARALLELISM=false), which makes the pool encode on one core."""
+    setting = os.environ.get("TOKENIZERS_PARALLELISM", "").strip().lower()
+    if setting in {"0", "false", "off", "no"}:
+        return f"1 thread (TOKENIZERS_PARALLELISM={setting})"
+    threads = os.environ.get("RAYON_NUM_THREADS") or os.environ.get("RAYON_RS_NUM_CPUS")
+    return f"{threads or os.cpu_count()} threads" + (" (RAYON_NUM_THREADS)" if threads else "")
 
 
 def strip_markup(text: str) -> str:
@@ -135,6 +147,7 @@ def encode_pool(tok: TokenizerHandle, texts: Iterable[str], target_tokens: int) 
     if batch:
         collector.flush(batch, batch_chars)
     stats = {
+        "parallelism": parallelism(),
         "documents": documents,
         "removed_control_ids": collector.removed,
         "encoded_chars": collector.encoded_chars,
@@ -214,6 +227,8 @@ class PadPool:
             "skipped_for_alignment": int(self.skipped),
             "removed_control_ids": self.removed_control_ids,
             "encoding": self.encoding,
+            "encoded_chars": self.encoded.stats.get("encoded_chars"),
+            "encoding_parallelism": self.encoded.stats.get("parallelism"),
             "exhausted_requests": self.exhausted_requests,
         }
 
