@@ -3,6 +3,10 @@
 Field names follow the original `build_openhands_padded_dataset.py` options (recipe.md §6.1), with
 `tokenizer` for `--model`, `trajectories` for `--dataset-name` and `pad_text` for
 `--pad-dataset-name`. Defaults are the original's defaults.
+
+The schema is also the CLI: `repro dataset build` has one option per field (`--<field-name>`,
+help from the field's description) and, where the original's option name differs, that name as
+a second option declared on the field (`cli_aliases`); see `cli_fields` and `cli_overrides`.
 """
 
 from __future__ import annotations
