@@ -19,7 +19,8 @@ with the harness package found in DIR (e.g. `git archive` of an older commit) an
 outputs are byte-identical.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_dataset.py \
-        [--pad-kinds synthetic code prose] [--no-random] [--verify] [--compare-with DIR]
+        [--pad-kinds synthetic code prose] [--no-random] [--repeat N] [--verify]
+        [--compare-with DIR]
 """
 
 from __future__ import annotations
@@ -237,6 +238,7 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--no-random", action="store_true", help="skip the random-pad build")
     parser.add_argument("--work", type=Path, default=None, help="where sources and outputs go")
     parser.add_argument("--verify", action="store_true", help="re-tokenize outputs in full")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each build (shared CPUs)")
     parser.add_argument("--compare-with", type=Path, help="a tree with an older harness package")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--pad-source", help=argparse.SUPPRESS)
@@ -268,6 +270,7 @@ def main() -> None:
         output = work / f"blog-{pad_source}-{kind}.json"
         outputs.append(output)
         runs = ["cold", "warm"] if pad_source == "openscience" else ["build"]
+        runs = [run for run in runs for _ in range(args.repeat)]
         for run in runs:
             if run == "cold":
                 shutil.rmtree(work / "cache" / "padpool", ignore_errors=True)
@@ -279,8 +282,11 @@ def main() -> None:
             base = _run_build(args, work, pad_source, pads[kind], other, args.compare_with)
             same = base["sha256"] == result["sha256"]
             print(
-                f"    baseline ({args.compare_with}): wall {base['wall_s']:.2f} s, peak RSS "
-                f"{base['peak_mib']:.1f} MiB, output {'IDENTICAL' if same else 'DIFFERENT'}"
+                f"    baseline ({args.compare_with}): wall {base['wall_s']:.2f} s, CPU "
+                f"{base['cpu_s']:.2f} s (process), pad phase {base['manifest']['timings_s']['pad']} s"
+                f" wall / {base['manifest']['cpu_s']['pad']} s CPU, peak RSS "
+                f"{base['peak_mib']:.1f} MiB, load avg at start {base['load'][0]:.2f}, output "
+                f"{'IDENTICAL' if same else 'DIFFERENT'}"
             )
     # After all builds: a forked build child would inherit this process's peak RSS.
     for output in outputs if args.verify else []:
