@@ -141,6 +141,11 @@ def test_a_broken_entry_is_rebuilt(tmp_path, tok, cache_root):
     assert again.sha256 == cold.sha256
     third = build_dataset(recipe, tmp_path / "c.json", tokenizer=tok)
     assert third.manifest["pad_cache"]["status"] == "hit" and third.sha256 == cold.sha256
+    ids = np.load(entry / "ids.npy")
+    ids[5] = (ids[5] + 1) % 100  # same length, one id changed
+    np.save(entry / "ids.npy", ids)
+    fourth = build_dataset(recipe, tmp_path / "d.json", tokenizer=tok)
+    assert "sha256" in fourth.manifest["pad_cache"]["note"] and fourth.sha256 == cold.sha256
 
 
 def _store_from_process(args: tuple[str, str, str]) -> str:

@@ -7,7 +7,7 @@ tokenizer's file hashes and control ids, the sanitising rules, the collection ta
 builder and pool-format versions. Unpinned hub sources are not cached (their rows may change).
 
 An entry is a directory of `.npy` arrays (int32 ids, memory-mapped on read) plus `meta.json`
-(written last). It is written into a temporary directory and renamed into place, so readers
+(written last, with the ids' sha256, checked on every read). It is written into a temporary directory and renamed into place, so readers
 never see a partial entry; when two builds race, the first rename wins and the other build's
 copy is discarded (both hold the same ids). A malformed entry is reported and rebuilt.
 """
@@ -110,6 +110,7 @@ class PoolCache:
                 "key": key,
                 "stats": pool.stats,
                 "lengths": {name: len(getattr(pool, name)) for name in _ARRAYS},
+                "ids_sha256": _digest(pool.ids),
             }
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
             for path in tmp.iterdir():
@@ -141,6 +142,10 @@ class PoolCache:
         shutil.rmtree(trash, ignore_errors=True)
 
 
+def _digest(ids: np.ndarray) -> str:
+    return hashlib.sha256(memoryview(np.ascontiguousarray(ids, np.int32))).hexdigest()
+
+
 def _check(meta: Any, arrays: dict[str, np.ndarray], key: str) -> str | None:
     if not isinstance(meta, dict) or meta.get("format") != POOL_FORMAT or meta.get("key") != key:
         return "format or key mismatch"
@@ -152,6 +157,8 @@ def _check(meta: Any, arrays: dict[str, np.ndarray], key: str) -> str | None:
             return f"{name}.npy has dtype {array.dtype}, shape {array.shape}"
         if meta.get("lengths", {}).get(name) != len(array):
             return f"{name}.npy has {len(array)} entries, meta.json says {meta['lengths']}"
+    if meta.get("ids_sha256") != _digest(arrays["ids"]):
+        return "ids.npy does not match the sha256 recorded in meta.json"
     n = len(arrays["ids"])
     for name in ("doc_starts", "breaks"):
         if len(arrays[name]) and (arrays[name].min() < 0 or arrays[name].max() > n):
