@@ -283,8 +283,9 @@ def main() -> None:
             same = base["sha256"] == result["sha256"]
             print(
                 f"    baseline ({args.compare_with}): wall {base['wall_s']:.2f} s, CPU "
-                f"{base['cpu_s']:.2f} s (process), pad phase {base['manifest']['timings_s']['pad']} s"
-                f" wall / {base['manifest']['cpu_s']['pad']} s CPU, peak RSS "
+                f"{base['cpu_s']:.2f} s (process), pad phase "
+                f"{base['manifest']['timings_s']['pad']} s wall / "
+                f"{base['manifest']['cpu_s']['pad']} s CPU, peak RSS "
                 f"{base['peak_mib']:.1f} MiB, load avg at start {base['load'][0]:.2f}, output "
                 f"{'IDENTICAL' if same else 'DIFFERENT'}"
             )

@@ -7,9 +7,10 @@ tokenizer's file hashes and control ids, the sanitising rules, the collection ta
 builder and pool-format versions. Unpinned hub sources are not cached (their rows may change).
 
 An entry is a directory of `.npy` arrays (int32 ids, memory-mapped on read) plus `meta.json`
-(written last, with the ids' sha256, checked on every read). It is written into a temporary directory and renamed into place, so readers
-never see a partial entry; when two builds race, the first rename wins and the other build's
-copy is discarded (both hold the same ids). A malformed entry is reported and rebuilt.
+(written last, with the ids' sha256, checked on every read). It is written into a temporary
+directory and renamed into place, so readers never see a partial entry; when two builds race,
+the first rename wins and the other build's copy is discarded (both hold the same ids). A
+malformed entry is reported and rebuilt.
 """
 
 from __future__ import annotations
