@@ -225,7 +225,11 @@ def _pool(
         echo(f"  pad pool: encoding on {threads}; unset it to use every core")
     pool = PadPool(tok, iter_pad_texts(pad_src, recipe.pad_text_field), target)
     if cache_info["status"] == "miss":
-        PoolCache().store(cache_info["key"], pool.encoded)
+        try:
+            PoolCache().store(cache_info["key"], pool.encoded)
+        except OSError as exc:  # the cache only saves time: say so, build on
+            cache_info["note"] = f"not stored: {exc}"
+            echo(f"  pad pool: cache entry not stored ({exc})")
     if pad_src.kind == "hub":
         provenance["served_by"] = pad_src.hub_backend  # known once rows were read
     return pool, {**provenance, "field": recipe.pad_text_field}, cache_info

@@ -91,7 +91,7 @@ class PoolCache:
                 name: np.load(directory / f"{name}.npy", mmap_mode="r", allow_pickle=False)
                 for name in _ARRAYS
             }
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, EOFError) as exc:
             return None, f"unreadable entry {directory}: {exc}"
         problem = _check(meta, arrays, key)
         if problem:
