@@ -170,3 +170,18 @@ def test_concurrent_writers_leave_one_complete_entry(tmp_path, tok):
     assert np.array_equal(fresh.ids, cached.ids) and np.array_equal(fresh.joins, cached.joins)
     assert np.array_equal(fresh.cuts, cached.cuts) and fresh.documents == cached.documents
     assert loaded.ids.dtype == np.int32 and isinstance(loaded.ids, np.memmap)
+
+
+def test_a_cache_that_cannot_be_written_does_not_fail_the_build(
+    tmp_path, tok, cache_root, monkeypatch
+):
+    trajectories, pad = _sources(tmp_path)
+
+    def refuse(self, key, pool):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(PoolCache, "store", refuse)
+    result = build_dataset(_recipe(trajectories, pad), tmp_path / "a.json", tokenizer=tok)
+    assert result.manifest["pad_cache"]["status"] == "miss"
+    assert "No space left" in result.manifest["pad_cache"]["note"]
+    assert result.manifest["exactness"]["exact_turns"] == result.manifest["exactness"]["turns"]
