@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 import click
 
@@ -12,26 +14,39 @@ import click
 class IntListOption(click.Option):
     """An option taking one or more integers: `--numbers 4 16 32` (also `4,16,32` or repeated).
 
-    Consumes the following arguments while they look like integers, so a positional argument
-    after the list still works.
+    Used with `IntListCommand`, which joins the integers that follow the option into one value
+    before click parses the arguments, so a positional argument after the list still works.
     """
 
-    def add_to_parser(self, parser: Any, ctx: click.Context) -> Any:
-        result = super().add_to_parser(parser, ctx)
-        for name in self.opts:
-            option = parser._long_opt.get(name) or parser._short_opt.get(name)
-            if option is None:
+
+class IntListCommand(click.Command):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        names = {o for p in self.params if isinstance(p, IntListOption) for o in p.opts}
+        joined: list[str] = []
+        rest = iter(args)
+        for arg in rest:
+            if arg == "--":
+                joined += [arg, *rest]
+                break
+            name, eq, value = arg.partition("=")
+            if name not in names:
+                joined.append(arg)
                 continue
-            original = option.process
-
-            def process(value: Any, state: Any, original: Any = original) -> None:
-                values = [value]
-                while state.rargs and _looks_like_ints(state.rargs[0]):
-                    values.append(state.rargs.pop(0))
-                original(",".join(values), state)
-
-            option.process = process
-        return result
+            values = [value] if eq else []
+            if not eq:
+                following = next(rest, None)
+                if following is None:  # no value: let click report it
+                    joined.append(arg)
+                    break
+                values.append(following)
+            for following in rest:
+                if not _looks_like_ints(following):
+                    joined += [name, ",".join(values), following]
+                    break
+                values.append(following)
+            else:
+                joined += [name, ",".join(values)]
+        return super().parse_args(ctx, joined)
 
 
 def _looks_like_ints(text: str) -> bool:
@@ -70,71 +85,40 @@ def dataset_group() -> None:
     """
 
 
-@dataset_group.command("build")
+def _click_type(annotation: Any) -> Any:
+    """click type of a recipe field's annotation (None for a flag)."""
+    if get_origin(annotation) is Literal:
+        return click.Choice([str(v) for v in get_args(annotation)])
+    if get_origin(annotation) in (Union, UnionType):
+        (annotation,) = [a for a in get_args(annotation) if a is not type(None)]
+    return None if annotation is bool else annotation
+
+
+def _recipe_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """One option per recipe field (`--first-turn-length` for first_turn_length, ...), plus the
+    original builder's names declared in the schema; all default to None (= the recipe's)."""
+    from harness.dataset.recipe import alias_dest, cli_fields
+
+    for name, info, aliases in reversed(cli_fields()):
+        extra = info.json_schema_extra
+        kind = _click_type(info.annotation)
+        flag = "--" + name.replace("_", "-")
+        default = "" if info.default in (None, "") else f" (default {info.default})"
+        settings: dict[str, Any] = {"metavar": extra.get("metavar"), "default": None}
+        if kind is None:
+            settings = {"is_flag": True, "default": None}
+        else:
+            settings["type"] = kind
+        if aliases:
+            alias_help = f"The original builder's name for {flag}."
+            command = click.option(*aliases, alias_dest(name), help=alias_help, **settings)(command)
+        command = click.option(flag, name, help=f"{info.description}{default}", **settings)(command)
+    return command
+
+
+@dataset_group.command("build", cls=IntListCommand)
 @click.argument("recipe", required=False)
-@click.option(
-    "--model",
-    "--model-path",
-    "model_path",
-    metavar="ID|PATH",
-    help="Tokenizer source (the original's --model); same as --tokenizer.",
-)
-@click.option(
-    "--tokenizer",
-    "tokenizer",
-    metavar="ID|PATH",
-    help="Tokenizer: local dir, tokenizer.json, hub id, or tiny:tokenizer.",
-)
-@click.option("--tokenizer-revision", help="Hub revision of the tokenizer.")
-@click.option(
-    "--dataset-name",
-    "dataset_name",
-    metavar="ID|PATH",
-    help="Trajectories (the original's --dataset-name); same as --trajectories.",
-)
-@click.option(
-    "--trajectories",
-    metavar="ID|PATH|synthetic",
-    help="Trajectory rows: hub id, local parquet/JSONL file or dir, or 'synthetic'.",
-)
-@click.option("--trajectories-revision", help="Hub revision of the trajectories.")
-@click.option("--split", help="Trajectory split (default train).")
-@click.option(
-    "--only-resolved", is_flag=True, default=None, help="Keep only rows with resolved == 1."
-)
-@click.option("--first-turn-length", type=int, help="Bare tokens in turn 1 (system pad + user).")
-@click.option("--subsequent-turn-length", type=int, help="Bare tokens in each later turn.")
-@click.option("--num-turns", type=int, help="Turns per conversation.")
-@click.option("--number", type=int, help="Conversations to build.")
-@click.option("--seed", type=int, help="Seed (random pad: RandomState(seed + conversation)).")
-@click.option(
-    "--pad-source",
-    type=click.Choice(["openscience", "random"]),
-    help="Pad from a text pool (openscience) or random whole-word tokens.",
-)
-@click.option(
-    "--pad-dataset-name",
-    "pad_dataset_name",
-    metavar="ID|PATH",
-    help="Pad text source (the original's option); same as --pad-text.",
-)
-@click.option(
-    "--pad-text",
-    metavar="ID|PATH|synthetic",
-    help="Pad text rows: hub id, local parquet/JSONL, or 'synthetic'.",
-)
-@click.option("--pad-revision", help="Hub revision of the pad text.")
-@click.option("--pad-split", help="Pad text split (default train).")
-@click.option("--pad-text-field", help="Pad text field (default output).")
-@click.option(
-    "--max-real-first-turn-frac", type=float, help="Cap on the real share of turn 1 (default 0.5)."
-)
-@click.option("--max-rows", type=int, help="Debug cap on trajectory rows scanned.")
-@click.option(
-    "--tolerance",
-    type=int,
-    help="Largest |drift| in tokens accepted per turn after re-tokenization (default 0).",
-)
+@_recipe_options
 @click.option(
     "--output-path",
     "output_path",
@@ -250,7 +234,7 @@ def verify_command(
         )
 
 
-@dataset_group.command("plan")
+@dataset_group.command("plan", cls=IntListCommand)
 @click.option(
     "--offset", type=int, default=52, show_default=True, help="First point's --dataset-offset."
 )

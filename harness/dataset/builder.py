@@ -17,8 +17,10 @@ Differences, on purpose:
   real text in full, pad spans in windows around every place where separately encoded text
   meets (exact for locally splitting pre-tokenizers, which the tokenizer is checked for; others
   get a full re-tokenization). A drifting seam is repaired by re-vending its pad.
+- The encoded pad pool is cached (poolcache.py): a second build with the same pad text,
+  tokenizer and shape skips reading and tokenizing it.
 - A sidecar manifest records sources, tokenizer hashes, per-turn counts (bare and templated),
-  seam drift, timings and the output's sha256.
+  seam drift, the pool cache's status and key, timings and the output's sha256.
 """
 
 from __future__ import annotations
@@ -29,14 +31,17 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from harness import __version__ as harness_version
-from harness.dataset.padpool import PadPiece, PadPool, random_pad
+from harness.dataset import output as out
+from harness.dataset.exact import Piece, TurnChecker, TurnPlan
+from harness.dataset.padpool import PadPiece, PadPool, parallelism, random_pad
+from harness.dataset.poolcache import PoolCache, pool_key, source_identity
 from harness.dataset.recipe import Recipe
 from harness.dataset.sources import Source, collect_conversations, iter_pad_texts
 from harness.dataset.tok import TokenizerHandle
@@ -44,34 +49,16 @@ from harness.errors import DatasetError
 
 BUILDER_VERSION = "repro-dataset/1"
 MANIFEST_SCHEMA = "repro.dataset-manifest/1"
-MAX_REPAIRS = 4
-REPAIR_SLACK = 8  # a repair tries pad lengths within +-8 tokens of the corrected target
 # A prefix of this many characters per wanted token is encoded before the whole message.
 _PREFIX_CHARS_PER_TOKEN = (4, 16)
+# Set to 0/off/false to build the pad pool without reading or writing the cache.
+PAD_CACHE_ENV = "REPRO_PAD_CACHE"
+
+__all__ = ["BUILDER_VERSION", "BuildResult", "build_dataset", "manifest_path_for"]
 
 
 def manifest_path_for(output: Path) -> Path:
     return output.with_name(output.name + ".manifest.json")
-
-
-@dataclass
-class Piece:
-    """A real (trajectory) text cut to at most `limit` tokens."""
-
-    text: str
-    tokens: int
-    real_tokens: int | None  # full bare length when known (None: longer than what was encoded)
-    truncated: bool
-    ids: np.ndarray
-
-
-@dataclass
-class TurnPlan:
-    real: Piece
-    pad: PadPiece | None = None
-    counts: dict[str, int] = field(default_factory=dict)
-    repairs: int = 0
-    first_drift: int = 0
 
 
 def _cut_real(tok: TokenizerHandle, texts: list[str], limits: list[int]) -> list[Piece]:
@@ -128,48 +115,6 @@ class _PadVendor:
         return random_pad(self.tok, rng, target)
 
 
-def _turn_messages(turn: int, plan: TurnPlan) -> list[dict[str, str]]:
-    pad = plan.pad.text if plan.pad else ""
-    if turn == 1:
-        return [{"role": "system", "content": pad}, {"role": "user", "content": plan.real.text}]
-    return [{"role": "user", "content": plan.real.text + pad}]
-
-
-def _repair(
-    tok: TokenizerHandle, vendor: _PadVendor, plan: TurnPlan, c: int, turn: int, target: int
-) -> None:
-    """Re-vend a drifting turn's pad: a fresh span with some slack, then the prefix length whose
-    re-tokenized turn total is exact (seams on tokenizers without clean pre-token boundaries)."""
-    drift = plan.counts["total"] - target
-    want = max(0, (plan.pad.tokens if plan.pad else 0) - drift)
-    reserve = vendor.take(c, turn, want + REPAIR_SLACK)
-    lengths = [want + d for k in range(REPAIR_SLACK + 1) for d in ((k,) if k == 0 else (-k, k))]
-    lengths = [n for n in lengths if 0 <= n <= reserve.tokens]
-    pads = [tok.decode(reserve.ids[:n]) if reserve.ids is not None else "" for n in lengths]
-    if turn == 1:
-        fixed = plan.counts["user"]
-        totals = [fixed + n for n in tok.count(pads)]
-    else:
-        totals = tok.count([plan.real.text + pad for pad in pads])
-    best = next((i for i, total in enumerate(totals) if total == target), 0)
-    n = lengths[best]
-    ids = reserve.ids[:n] if reserve.ids is not None else None
-    joins = reserve.joins[reserve.joins < n] if reserve.joins is not None else None
-    plan.pad = PadPiece(pads[best], n, reserve.kind, reserve.start, ids, joins)
-    plan.repairs += 1
-
-
-def _construction_ids(turn: int, plan: TurnPlan) -> list[np.ndarray | None]:
-    """The ids each message was built from (used only to shrink long contents for the
-    templated count, which is cross-checked against a full render)."""
-    pad_ids = plan.pad.ids if plan.pad is not None and plan.pad.ids is not None else None
-    if turn == 1:
-        return [pad_ids if plan.pad and plan.pad.tokens else None, plan.real.ids]
-    if pad_ids is None or not plan.pad or plan.pad.tokens == 0:
-        return [plan.real.ids]
-    return [np.concatenate([plan.real.ids, pad_ids])]
-
-
 def _check_output_path(output: Path) -> None:
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -195,6 +140,134 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+class _Clock:
+    """Wall and CPU (all threads) time per phase."""
+
+    def __init__(self, echo: Callable[[str], None]):
+        self.echo = echo
+        self.started = self.mark = time.perf_counter()
+        self.cpu_mark = time.process_time()
+        self.timings: dict[str, float] = {}
+        self.cpu_times: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now, cpu = time.perf_counter(), time.process_time()
+        self.timings[name] = round(now - self.mark, 3)
+        self.cpu_times[name] = round(cpu - self.cpu_mark, 3)
+        self.cpu_mark = cpu
+        self.echo(f"  {name}: {now - self.mark:.1f}s (CPU {self.cpu_times[name]:.1f}s)")
+        self.mark = now
+
+
+def _real_plans(
+    tok: TokenizerHandle, recipe: Recipe, conversations: list[list[str]]
+) -> list[list[TurnPlan]]:
+    """Real pieces: first message capped at frac x F, later ones at S (exact cuts)."""
+    F, S, N = recipe.first_turn_length, recipe.subsequent_turn_length, recipe.num_turns
+    cap = max(1, int(F * recipe.max_real_first_turn_frac))
+    texts: list[str] = []
+    limits: list[int] = []
+    for messages in conversations:
+        texts.append(messages[0])
+        limits.append(min(cap, F))
+        for turn in range(2, N + 1):
+            texts.append(messages[turn - 1] if turn - 1 < len(messages) else "")
+            limits.append(S)
+    pieces = iter(_cut_real(tok, texts, limits))
+    return [[TurnPlan(next(pieces)) for _turn in range(N)] for _conv in conversations]
+
+
+def _cache_enabled() -> bool:
+    return os.environ.get(PAD_CACHE_ENV, "1").strip().lower() not in {"0", "off", "false", "no"}
+
+
+def _pool(
+    tok: TokenizerHandle, recipe: Recipe, target: int, echo: Callable[[str], None]
+) -> tuple[PadPool, dict[str, Any], dict[str, Any]]:
+    """The pad pool (from the cache when possible), the pad source's provenance, cache info."""
+    pad_src = Source(
+        recipe.pad_text,
+        split=recipe.pad_split,
+        revision=recipe.pad_revision,
+        role="pad text",
+        seed=recipe.seed,
+    )
+    provenance = pad_src.provenance()
+    identity = source_identity(pad_src, provenance)
+    cache_info: dict[str, Any] = {"status": "off", "key": None, "path": None}
+    if not _cache_enabled():
+        cache_info["reason"] = f"{PAD_CACHE_ENV} is off"
+    elif identity is None:
+        cache_info["reason"] = "hub pad source without a pinned revision"
+    else:
+        key = pool_key(
+            identity,
+            split=recipe.pad_split,
+            field=recipe.pad_text_field,
+            tok=tok,
+            target_tokens=target,
+            builder_version=BUILDER_VERSION,
+        )
+        cache = PoolCache()
+        cache_info.update(key=key, path=str(cache.entry(key)))
+        encoded, problem = cache.load(key)
+        if encoded is not None:
+            cache_info["status"] = "hit"
+            echo(f"  pad pool: cache hit {cache.entry(key)}")
+            pool = PadPool(tok, [], target, encoded=encoded)
+            return pool, {**provenance, "field": recipe.pad_text_field}, cache_info
+        if problem:
+            cache_info["note"] = f"rebuilt: {problem}"
+            cache.discard(key)
+        cache_info["status"] = "miss"
+    threads = parallelism()
+    if threads.startswith("1 thread"):
+        echo(f"  pad pool: encoding on {threads}; unset it to use every core")
+    pool = PadPool(tok, iter_pad_texts(pad_src, recipe.pad_text_field), target)
+    if cache_info["status"] == "miss":
+        try:
+            PoolCache().store(cache_info["key"], pool.encoded)
+        except OSError as exc:  # the cache only saves time: say so, build on
+            cache_info["note"] = f"not stored: {exc}"
+            echo(f"  pad pool: cache entry not stored ({exc})")
+    if pad_src.kind == "hub":
+        provenance["served_by"] = pad_src.hub_backend  # known once rows were read
+    return pool, {**provenance, "field": recipe.pad_text_field}, cache_info
+
+
+@dataclass
+class _Pad:
+    pool: PadPool | None
+    vendor: _PadVendor
+    needed: int
+    provenance: dict[str, Any]
+    cache: dict[str, Any] | None
+
+
+def _pad_turns(
+    tok: TokenizerHandle, recipe: Recipe, plans: list[list[TurnPlan]], echo: Callable[[str], None]
+) -> _Pad:
+    """Pad: one pool collected for exactly what the turns need (+ margin), vended in order."""
+    F, S = recipe.first_turn_length, recipe.subsequent_turn_length
+    targets = [
+        (F if turn == 0 else S) - plan.real.tokens
+        for conv in plans
+        for turn, plan in enumerate(conv)
+    ]
+    needed = int(sum(targets))
+    pool = None
+    cache = None
+    provenance: dict[str, Any] = {"source": recipe.pad_source}
+    if recipe.pad_source == "openscience":
+        pool, source_info, cache = _pool(tok, recipe, needed + needed // 50 + 4096, echo)
+        provenance.update(source_info)
+    vendor = _PadVendor(tok, recipe, pool)
+    for c, conv in enumerate(plans):
+        for turn, plan in enumerate(conv, start=1):
+            plan.pad = vendor.take(c, turn, (F if turn == 1 else S) - plan.real.tokens)
+    return _Pad(pool, vendor, needed, provenance, cache)
+
+
 @dataclass
 class BuildResult:
     path: Path
@@ -203,36 +276,55 @@ class BuildResult:
     manifest: dict[str, Any]
 
 
-def build_dataset(
+def _manifest(
     recipe: Recipe,
+    tok: TokenizerHandle,
     output: Path,
-    *,
-    tokenizer: TokenizerHandle | None = None,
-    echo: Callable[[str], None] = lambda _msg: None,
-) -> BuildResult:
-    """Build the dataset described by `recipe` into `output` (+ sidecar manifest), atomically."""
-    started = time.perf_counter()
-    timings: dict[str, float] = {}
+    payload: bytes,
+    sources: dict[str, Any],
+    pad: _Pad,
+    checker: TurnChecker,
+    per_conversation: list[dict[str, Any]],
+    templated_method: str,
+) -> dict[str, Any]:
+    first = [p["first_turn_templated"] for p in per_conversation]
+    last = [p["last_turn_templated"] for p in per_conversation]
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "builder_version": BUILDER_VERSION,
+        "harness_version": harness_version,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "output": {
+            "path": str(output),
+            "sha256": hashlib.sha256(payload).hexdigest(),
+            "bytes": len(payload),
+        },
+        "recipe": recipe.model_dump(),
+        "recipe_fingerprint": recipe.fingerprint(),
+        "tokenizer": tok.identity(),
+        "sources": sources,
+        "pad": {
+            **(pad.pool.stats() if pad.pool else {}),
+            "needed_tokens": pad.needed,
+            "random_fallbacks": len(pad.vendor.fallbacks),
+            "random_fallback_turns": [list(x) for x in pad.vendor.fallbacks[:200]],
+        },
+        "pad_cache": pad.cache,
+        "exactness": checker.summary(),
+        "totals": {
+            "bare_tokens": sum(p["bare_tokens"] for p in per_conversation),
+            "budget": recipe.pad_budget(),
+            "first_turn_templated": out.stats(first),
+            "last_turn_templated": out.stats(last),
+            "templated_method": templated_method,
+            "assistant_reply_tokens_assumed": recipe.output_tokens_estimate,
+        },
+        "conversations": per_conversation,
+    }
 
-    cpu_times: dict[str, float] = {}
-    cpu_mark = [time.process_time()]
 
-    def lap(name: str, since: float) -> float:
-        now, cpu = time.perf_counter(), time.process_time()
-        timings[name] = round(now - since, 3)
-        cpu_times[name] = round(cpu - cpu_mark[0], 3)  # all threads of this process
-        cpu_mark[0] = cpu
-        echo(f"  {name}: {now - since:.1f}s (CPU {cpu_times[name]:.1f}s)")
-        return now
-
-    output = Path(output).expanduser()
-    _check_output_path(output)
-    tok = tokenizer or TokenizerHandle(recipe.tokenizer, recipe.tokenizer_revision)
-    F, S, N = recipe.first_turn_length, recipe.subsequent_turn_length, recipe.num_turns
-    cap = max(1, int(F * recipe.max_real_first_turn_frac))
-    t = lap("tokenizer", started)
-
-    # 1. Trajectories -> user messages of the first `number` usable rows, in source order.
+def _read_trajectories(recipe: Recipe) -> tuple[Source, list[list[str]], dict[str, int]]:
+    """User messages of the first `number` usable rows, in source order."""
     trajectories = Source(
         recipe.trajectories,
         split=recipe.split,
@@ -246,266 +338,66 @@ def build_dataset(
         only_resolved=recipe.only_resolved,
         max_rows=recipe.max_rows,
     )
-    t = lap("trajectories", t)
+    return trajectories, conversations, scan
 
-    # 2. Real pieces: first message capped at frac x F, later ones at S (exact cuts).
-    texts: list[str] = []
-    limits: list[int] = []
-    for messages in conversations:
-        texts.append(messages[0])
-        limits.append(min(cap, F))
-        for turn in range(2, N + 1):
-            texts.append(messages[turn - 1] if turn - 1 < len(messages) else "")
-            limits.append(S)
-    pieces = iter(_cut_real(tok, texts, limits))
-    plans: list[list[TurnPlan]] = [
-        [TurnPlan(next(pieces)) for _turn in range(N)] for _conv in conversations
-    ]
-    t = lap("real_text", t)
 
-    # 3. Pad: one pool collected for exactly what the turns need (+ margin), vended in order.
-    targets = [
-        (F if turn == 0 else S) - plan.real.tokens
-        for conv in plans
-        for turn, plan in enumerate(conv)
-    ]
-    needed = int(sum(targets))
-    pool = None
-    pad_provenance: dict[str, Any] = {"source": recipe.pad_source}
-    if recipe.pad_source == "openscience":
-        pad_src = Source(
-            recipe.pad_text,
-            split=recipe.pad_split,
-            revision=recipe.pad_revision,
-            role="pad text",
-            seed=recipe.seed,
-        )
-        pool = PadPool(
-            tok, iter_pad_texts(pad_src, recipe.pad_text_field), needed + needed // 50 + 4096
-        )
-        pad_provenance.update(pad_src.provenance(), field=recipe.pad_text_field)
-    vendor = _PadVendor(tok, recipe, pool)
-    for c, conv in enumerate(plans):
-        for turn, plan in enumerate(conv, start=1):
-            plan.pad = vendor.take(c, turn, (F if turn == 1 else S) - plan.real.tokens)
-    t = lap("pad", t)
-
-    # 4. Verify every message by re-tokenizing it; repair drifting seams by re-vending the pad.
-    flat: list[tuple[int, int]] = [(c, turn) for c in range(len(plans)) for turn in range(1, N + 1)]
-
-    full_check = recipe.verify == "full" or not tok.splits_locally
-    verify_mode = "full" if full_check else "windows"
-    if recipe.verify == "windows" and not tok.splits_locally:
-        verify_mode = "full (the tokenizer has no local pre-tokenizer split)"
-
-    def pad_text_for_count(plan: TurnPlan) -> tuple[str, int]:
-        pad = plan.pad
-        if pad is None or not pad.tokens:
-            return "", 0
-        shrunk = None if full_check or pad.ids is None else tok.windowed(pad.ids, pad.joins)
-        return shrunk if shrunk is not None else (pad.text, 0)
-
-    def measure(keys: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        batch: list[str] = []
-        removed: list[int] = []
-        for c, turn in keys:
-            plan = plans[c][turn - 1]
-            pad_text, pad_removed = pad_text_for_count(plan)
-            if turn == 1:
-                batch += [pad_text, plan.real.text]
-                removed += [pad_removed, 0]
-            else:
-                batch.append(plan.real.text + pad_text)
-                removed.append(pad_removed)
-        counts = iter([n + r for n, r in zip(tok.count(batch), removed, strict=True)])
-        drifting = []
-        for c, turn in keys:
-            plan = plans[c][turn - 1]
-            if turn == 1:
-                system, user = next(counts), next(counts)
-                plan.counts = {"system": system, "user": user}
-                total, target = system + user, F
-            else:
-                total, target = next(counts), S
-                plan.counts = {"real": plan.real.tokens, "pad": plan.pad.tokens if plan.pad else 0}
-            plan.counts["total"] = total
-            if total != target:
-                if plan.repairs == 0:
-                    plan.first_drift = total - target
-                drifting.append((c, turn))
-        return drifting
-
-    drifting = measure(flat)
-    initial_drifting = len(drifting)
-    for _attempt in range(MAX_REPAIRS):
-        if not drifting:
-            break
-        for c, turn in drifting:
-            _repair(tok, vendor, plans[c][turn - 1], c, turn, F if turn == 1 else S)
-        drifting = measure(drifting)
-    t = lap("verify", t)
-    worst = []
-    for c, turn in flat:
-        plan = plans[c][turn - 1]
-        drift = plan.counts["total"] - (F if turn == 1 else S)
-        if abs(drift) > recipe.tolerance:
-            worst.append(
-                f"conversation {c} turn {turn}: {plan.counts['total']} tokens ({drift:+d})"
-            )
-    if worst:
-        raise DatasetError(
-            f"{len(worst)} turns miss their token target beyond tolerance {recipe.tolerance} "
-            f"after re-tokenization (nothing written): " + "; ".join(worst[:5])
-        )
-
-    # 5. Templated lengths: turn 1 as the original's prompt_tokens, and every turn's prompt with
-    #    empty assistant replies (+ output_tokens_estimate per reply, as EvalScope would see it).
-    histories: list[tuple[list[dict[str, Any]], list[np.ndarray | None]]] = []
-    for conv in plans:
-        messages: list[dict[str, Any]] = []
-        ids_so_far: list[np.ndarray | None] = []
-        for turn, plan in enumerate(conv, start=1):
-            if turn > 1:
-                messages = [*messages, {"role": "assistant", "content": ""}]
-                ids_so_far = [*ids_so_far, None]
-            messages = messages + _turn_messages(turn, plan)
-            ids_so_far = ids_so_far + _construction_ids(turn, plan)
-            histories.append((messages, ids_so_far))
-    templated = tok.templated_lengths(histories, window=8)
-    templated_method = "shrunk"
-    if plans:  # cross-check the shrinking shortcut on the first conversation's first turn
-        full = tok.templated_lengths([histories[0]], full=True)[0]
-        if full != templated[0]:
-            templated_method = (
-                f"full (shrunk gave {templated[0]}, full {full} on conversation 0 turn 1)"
-            )
-            templated = tok.templated_lengths(histories, full=True)
-    t = lap("templated", t)
-
-    # 6. Output in the original's shape (EvalScope swe_smith JSON), then the manifest.
-    osl = recipe.output_tokens_estimate
-    out_conversations = []
-    per_conversation = []
-    for c, conv in enumerate(plans):
-        turns_out = []
-        turn_records = []
-        prompt_tokens = 0
-        for turn, plan in enumerate(conv, start=1):
-            prompt_tokens = templated[c * N] if turn == 1 else prompt_tokens + S + osl
-            turns_out.append(
-                {"messages": _turn_messages(turn, plan), "prompt_tokens": prompt_tokens}
-            )
-            record: dict[str, Any] = {
-                "turn": turn,
-                **plan.counts,
-                "real_tokens": plan.real.real_tokens,
-                "real_truncated": plan.real.truncated,
-                "pad_tokens": plan.pad.tokens if plan.pad else 0,
-                "pad_kind": plan.pad.kind if plan.pad else "none",
-                "pad_pool_start": plan.pad.start if plan.pad else None,
-                "seam_drift_before_repair": plan.first_drift,
-                "repairs": plan.repairs,
-                "templated_prompt_tokens": templated[c * N + turn - 1] + (turn - 1) * osl,
-            }
-            turn_records.append(record)
-        out_conversations.append(turns_out)
-        per_conversation.append(
-            {
-                "index": c,
-                "bare_tokens": sum(r["total"] for r in turn_records),
-                "first_turn_templated": templated[c * N],
-                "last_turn_templated": turn_records[-1]["templated_prompt_tokens"],
-                "turns": turn_records,
-            }
-        )
-    metadata = {
-        "model_path": recipe.tokenizer,
-        "dataset_name": recipe.trajectories,
-        "split": recipe.split,
-        "only_resolved": bool(recipe.only_resolved),
-        "padded": True,
-        "pad_source": recipe.pad_source,
-        "pad_dataset_name": recipe.pad_text if recipe.pad_source == "openscience" else None,
-        "first_turn_length": F,
-        "subsequent_turn_length": S,
-        "num_turns": N,
-        "num_conversations": len(out_conversations),
-    }
-    payload = json.dumps(
-        {"metadata": metadata, "conversations": out_conversations}, indent=2, ensure_ascii=False
-    ).encode("utf-8")
-    sha256 = hashlib.sha256(payload).hexdigest()
-    t = lap("serialize", t)
-
-    first = [p["first_turn_templated"] for p in per_conversation]
-    last = [p["last_turn_templated"] for p in per_conversation]
-    total_bare = sum(p["bare_tokens"] for p in per_conversation)
-    manifest = {
-        "schema": MANIFEST_SCHEMA,
-        "builder_version": BUILDER_VERSION,
-        "harness_version": harness_version,
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "output": {"path": str(output), "sha256": sha256, "bytes": len(payload)},
-        "recipe": recipe.model_dump(),
-        "recipe_fingerprint": recipe.fingerprint(),
-        "tokenizer": tok.identity(),
-        "sources": {"trajectories": {**trajectories.provenance(), **scan}, "pad": pad_provenance},
-        "pad": {
-            **(pool.stats() if pool else {}),
-            "needed_tokens": needed,
-            "random_fallbacks": len(vendor.fallbacks),
-            "random_fallback_turns": [list(x) for x in vendor.fallbacks[:200]],
-        },
-        "exactness": {
-            "tolerance": recipe.tolerance,
-            "verify": verify_mode,
-            "turns": len(flat),
-            "exact_turns": sum(
-                1
-                for c, turn in flat
-                if plans[c][turn - 1].counts["total"] == (F if turn == 1 else S)
-            ),
-            "drifting_before_repair": initial_drifting,
-            "max_abs_drift": max(
-                (
-                    abs(plans[c][turn - 1].counts["total"] - (F if turn == 1 else S))
-                    for c, turn in flat
-                ),
-                default=0,
-            ),
-        },
-        "totals": {
-            "bare_tokens": total_bare,
-            "budget": recipe.pad_budget(),
-            "first_turn_templated": _stats(first),
-            "last_turn_templated": _stats(last),
-            "templated_method": templated_method,
-            "assistant_reply_tokens_assumed": osl,
-        },
-        "conversations": per_conversation,
-        "timings_s": timings,
-        "cpu_s": cpu_times,
-    }
-    _atomic_write_bytes(output, payload)
-    manifest_file = manifest_path_for(output)
-    _atomic_write_bytes(manifest_file, (json.dumps(manifest, indent=1) + "\n").encode())
-    timings["write"] = round(time.perf_counter() - t, 3)
-    timings["total"] = round(time.perf_counter() - started, 3)
+def _echo_summary(echo: Callable[[str], None], result: BuildResult, clock: _Clock) -> None:
+    manifest, N = result.manifest, result.manifest["recipe"]["num_turns"]
+    exact, pad = manifest["exactness"], manifest["pad"]
+    per_conversation = manifest["conversations"]
     echo(
-        f"wrote {output} ({len(out_conversations)} conversations x {N} turns, {total_bare:,} bare "
-        f"tokens, {manifest['exactness']['exact_turns']}/{len(flat)} turns exact, "
-        f"{len(vendor.fallbacks)} random fallbacks) in {timings['total']:.1f}s; "
-        f"sha256 {sha256[:16]}"
+        f"wrote {result.path} ({len(per_conversation)} conversations x {N} turns, "
+        f"{manifest['totals']['bare_tokens']:,} bare tokens, {exact['exact_turns']}/"
+        f"{exact['turns']} turns exact, {pad['random_fallbacks']} random fallbacks) in "
+        f"{clock.timings['total']:.1f}s; sha256 {result.sha256[:16]}"
     )
-    if first:
+    if per_conversation:
+        first = [p["first_turn_templated"] for p in per_conversation]
+        last = [p["last_turn_templated"] for p in per_conversation]
         echo(
             f"prompt_tokens turn 1 min/max/mean {min(first)}/{max(first)}/{np.mean(first):.1f}; "
             f"turn {N} {min(last)}/{max(last)}/{np.mean(last):.1f}"
         )
-    return BuildResult(output, manifest_file, sha256, manifest)
 
 
-def _stats(values: list[int]) -> dict[str, float]:
-    if not values:
-        return {}
-    return {"min": min(values), "max": max(values), "mean": round(float(np.mean(values)), 2)}
+def build_dataset(
+    recipe: Recipe,
+    output: Path,
+    *,
+    tokenizer: TokenizerHandle | None = None,
+    echo: Callable[[str], None] = lambda _msg: None,
+) -> BuildResult:
+    """Build the dataset described by `recipe` into `output` (+ sidecar manifest), atomically."""
+    clock = _Clock(echo)
+    output = Path(output).expanduser()
+    _check_output_path(output)
+    tok = tokenizer or TokenizerHandle(recipe.tokenizer, recipe.tokenizer_revision)
+    clock.lap("tokenizer")
+    trajectories, conversations, scan = _read_trajectories(recipe)
+    clock.lap("trajectories")
+    plans = _real_plans(tok, recipe, conversations)
+    clock.lap("real_text")
+    pad = _pad_turns(tok, recipe, plans, echo)
+    clock.lap("pad")
+    # Verify every message by re-tokenizing it; repair drifting seams by re-vending the pad.
+    checker = TurnChecker(tok, recipe, plans)
+    checker.run(pad.vendor.take)
+    clock.lap("verify")
+    checker.raise_beyond_tolerance()
+    templated, templated_method = out.templated_lengths(tok, plans)
+    clock.lap("templated")
+    payload, per_conversation = out.render(recipe, plans, templated)
+    clock.lap("serialize")
+    sources = {"trajectories": {**trajectories.provenance(), **scan}, "pad": pad.provenance}
+    manifest = _manifest(
+        recipe, tok, output, payload, sources, pad, checker, per_conversation, templated_method
+    )
+    manifest["timings_s"], manifest["cpu_s"] = clock.timings, clock.cpu_times
+    _atomic_write_bytes(output, payload)
+    manifest_file = manifest_path_for(output)
+    _atomic_write_bytes(manifest_file, (json.dumps(manifest, indent=1) + "\n").encode())
+    clock.timings["write"] = round(time.perf_counter() - clock.mark, 3)
+    clock.timings["total"] = round(time.perf_counter() - clock.started, 3)
+    result = BuildResult(output, manifest_file, manifest["output"]["sha256"], manifest)
+    _echo_summary(echo, result, clock)
+    return result

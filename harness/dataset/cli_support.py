@@ -7,47 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.dataset.builder import build_dataset
-from harness.dataset.recipe import load_recipe, make_recipe
+from harness.dataset.recipe import cli_overrides, load_recipe, make_recipe
 from harness.dataset.rotation import fresh_size, reuse_report
 from harness.errors import ConfigError
-
-# CLI option -> recipe field; the original's names and ours map to the same field.
-_ALIASES = {
-    "model_path": "tokenizer",
-    "tokenizer": "tokenizer",
-    "tokenizer_revision": "tokenizer_revision",
-    "dataset_name": "trajectories",
-    "trajectories": "trajectories",
-    "trajectories_revision": "trajectories_revision",
-    "split": "split",
-    "only_resolved": "only_resolved",
-    "first_turn_length": "first_turn_length",
-    "subsequent_turn_length": "subsequent_turn_length",
-    "num_turns": "num_turns",
-    "number": "number",
-    "seed": "seed",
-    "pad_source": "pad_source",
-    "pad_dataset_name": "pad_text",
-    "pad_text": "pad_text",
-    "pad_revision": "pad_revision",
-    "pad_split": "pad_split",
-    "pad_text_field": "pad_text_field",
-    "max_real_first_turn_frac": "max_real_first_turn_frac",
-    "max_rows": "max_rows",
-    "tolerance": "tolerance",
-}
-
-
-def recipe_overrides(options: dict[str, Any]) -> dict[str, Any]:
-    overrides: dict[str, Any] = {}
-    for option, field in _ALIASES.items():
-        value = options.get(option)
-        if value is None:
-            continue
-        if field in overrides and overrides[field] != value:
-            raise ConfigError(f"conflicting values for {field}: {overrides[field]!r} and {value!r}")
-        overrides[field] = value
-    return overrides
 
 
 def sweep_from_profile(name: str) -> tuple[int, list[int]]:
@@ -65,7 +27,7 @@ def run_build(
     echo: Callable[[str], None],
     warn: Callable[[str], None],
 ) -> Path:
-    overrides = recipe_overrides(options)
+    overrides = cli_overrides(options)
     if recipe_spec:
         recipe = load_recipe(recipe_spec, overrides)
     else:

@@ -1,26 +1,48 @@
 """Pad text: a pool of token ids vended as disjoint spans, and a random fallback.
 
-The pool is tokenized once, by distinct word chunks where that is exact (see chunked.py). A span is vended only where both of its ends are pre-tokenizer
-boundaries (see TokenizerHandle.boundary_flags), so decoding it gives text that re-encodes to
-exactly the same number of tokens; the cursor skips the few ids needed to find such a start.
+The pool is tokenized once, whole document by whole document (the reference encoding, so no
+equivalence check is needed), batched across all cores by the Rust backend: its cost depends on
+the amount of text, not on how repetitive it is. The encoded pool can be cached (poolcache.py).
+A span is vended only where both of its ends are pre-tokenizer boundaries (see
+TokenizerHandle.boundary_flags), so decoding it gives text that re-encodes to exactly the same
+number of tokens; the cursor skips the few ids needed to find such a start.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.dataset.chunked import WordChunkEncoder, ineligible_reason
 from harness.dataset.tok import TokenizerHandle
 
 # R1 markup replaced by a space before encoding (recipe.md §6.4 step 1).
 _THINK = re.compile(r"<\s*/?\s*think\s*>", re.IGNORECASE)
 _CONTROL = re.compile(r"<\|[^|\n]{0,64}\|>|<｜[^｜\n]{0,64}｜>")
-_BATCH_CHARS = 4_000_000  # bounds the memory of one batch (~1.5 M tokens of prose)
-_CHECK_CHARS = 300_000  # word chunks are checked against whole documents on this much text
+# Everything that decides which ids a document contributes (part of the pool cache key).
+SANITIZE_RULES = {
+    "think": _THINK.pattern,
+    "think_flags": "IGNORECASE",
+    "control": _CONTROL.pattern,
+    "document": "' ' + strip(markup replaced by ' '); empty documents skipped",
+    "removed_ids": "TokenizerHandle.control_ids",
+}
+_BATCH_CHARS = 4_000_000  # collection decisions are taken per batch of this many characters
+_ENCODE_CHARS = 1_000_000  # ... which is encoded in slices of this size (bounds peak memory)
+
+
+def parallelism() -> str:
+    """How many threads the Rust backend's batch encoding can use here. The `tokenizers`
+    bindings turn parallelism off in a process forked after it was used (they set
+    TOKENIZERS_PARALLELISM=false), which makes the pool encode on one core."""
+    setting = os.environ.get("TOKENIZERS_PARALLELISM", "").strip().lower()
+    if setting in {"0", "false", "off", "no"}:
+        return f"1 thread (TOKENIZERS_PARALLELISM={setting})"
+    threads = os.environ.get("RAYON_NUM_THREADS") or os.environ.get("RAYON_RS_NUM_CPUS")
+    return f"{threads or os.cpu_count()} threads" + (" (RAYON_NUM_THREADS)" if threads else "")
 
 
 def strip_markup(text: str) -> str:
@@ -37,99 +59,134 @@ class PadPiece:
     joins: np.ndarray | None = None  # positions inside `ids` where separately encoded text meets
 
 
+@dataclass
+class EncodedPool:
+    """The pool's ids and where independently encoded text meets inside them."""
+
+    ids: np.ndarray  # int32, control ids removed
+    doc_starts: np.ndarray  # int64 position of each document's first id
+    breaks: np.ndarray  # int64 positions where a removed control id used to sit
+    stats: dict = field(default_factory=dict)
+
+
+def _encode_batch(tok: TokenizerHandle, batch: list[str]) -> list[np.ndarray]:
+    encoded: list[np.ndarray] = []
+    start, size = 0, 0
+    for end, doc in enumerate(batch, 1):
+        size += len(doc)
+        if size >= _ENCODE_CHARS or end == len(batch):
+            encoded += tok.encode(batch[start:end])
+            start, size = end, 0
+    return encoded
+
+
+class _Collector:
+    """Encodes documents batch by batch and strips control ids, recording joins."""
+
+    def __init__(self, tok: TokenizerHandle):
+        self.tok = tok
+        self.control = np.zeros(tok.backend.get_vocab_size(with_added_tokens=True), dtype=bool)
+        self.control[tok.control_ids] = True
+        self.chunks: list[np.ndarray] = []
+        self.starts: list[np.ndarray] = []
+        self.breaks: list[np.ndarray] = []
+        self.total = 0
+        self.removed = 0
+        self.encoded_chars = 0
+
+    def flush(self, batch: list[str], chars: int) -> None:
+        self.encoded_chars += chars
+        encoded = _encode_batch(self.tok, batch)
+        ids = np.concatenate(encoded)
+        starts = np.zeros(len(encoded), dtype=np.int64)
+        np.cumsum([len(e) for e in encoded[:-1]], out=starts[1:])
+        keep = ~self.control[ids]
+        removed = int(len(ids) - keep.sum())
+        if removed:
+            self.removed += removed
+            kept_before = np.zeros(len(ids) + 1, dtype=np.int64)
+            np.cumsum(keep, out=kept_before[1:])
+            # position (in the kept sequence) where each removed id used to sit
+            self.breaks.append(np.unique(kept_before[np.flatnonzero(~keep)]) + self.total)
+            starts = kept_before[starts]
+            ids = ids[keep]
+        self.starts.append(starts + self.total)
+        self.chunks.append(ids)
+        self.total += len(ids)
+
+
+def _concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+
+def encode_pool(tok: TokenizerHandle, texts: Iterable[str], target_tokens: int) -> EncodedPool:
+    """Documents in order, encoded until the pool holds at least `target_tokens` ids."""
+    collector = _Collector(tok)
+    documents = 0
+    batch: list[str] = []
+    batch_chars = 0
+    iterator = iter(texts)
+    while collector.total < target_tokens:
+        text = next(iterator, None)
+        if text is None:
+            break
+        # Documents join as "...end. Next" (non-space | space + non-space): a clean seam.
+        cleaned = strip_markup(text).strip()
+        if not cleaned:
+            continue
+        batch.append(" " + cleaned)
+        batch_chars += len(cleaned) + 1
+        documents += 1
+        # Stop batching once the batch likely covers what is missing (chars per token as
+        # measured so far), so that little more than the target is ever encoded.
+        total = collector.total
+        chars_per_token = collector.encoded_chars / total if total else 3.0
+        if batch_chars >= _BATCH_CHARS or total + batch_chars / chars_per_token >= target_tokens:
+            collector.flush(batch, batch_chars)
+            batch, batch_chars = [], 0
+    if batch:
+        collector.flush(batch, batch_chars)
+    stats = {
+        "parallelism": parallelism(),
+        "documents": documents,
+        "removed_control_ids": collector.removed,
+        "encoded_chars": collector.encoded_chars,
+    }
+    return EncodedPool(
+        _concat(collector.chunks, np.int32),
+        _concat(collector.starts, np.int64),
+        _concat(collector.breaks, np.int64),
+        stats,
+    )
+
+
 class PadPool:
     """Disjoint spans from one contiguous id pool, collected up to `target_tokens`."""
 
-    def __init__(self, tok: TokenizerHandle, texts: Iterable[str], target_tokens: int):
+    def __init__(
+        self,
+        tok: TokenizerHandle,
+        texts: Iterable[str],
+        target_tokens: int,
+        *,
+        encoded: EncodedPool | None = None,
+    ):
+        """Encode `texts` (or take an already `encoded` pool, e.g. from the cache)."""
         self.tok = tok
         self.target_tokens = target_tokens
-        self.documents = 0
-        self.removed_control_ids = 0
-        reason = ineligible_reason(tok)
-        chunker = WordChunkEncoder(tok) if reason is None else None
-        checked = False
-        chunks: list[np.ndarray] = []
-        breaks: list[np.ndarray] = []  # positions next to a removed control id: never cut there
-        doc_starts: list[np.ndarray] = []
-        total = 0
-        batch: list[str] = []
-        batch_chars = 0
-        encoded_chars = 0
-        control = tok.control_ids
-
-        def flush() -> None:
-            nonlocal total, encoded_chars, chunker, reason, checked
-            encoded_chars += batch_chars
-            if chunker is not None and not checked:
-                # First batch: word chunks must give exactly the whole-document ids.
-                checked = True
-                sample, size = [], 0
-                for doc in batch:
-                    if size >= _CHECK_CHARS:
-                        break
-                    sample.append(doc)
-                    size += len(doc)
-                problem = chunker.check(sample)
-                if problem is not None:
-                    reason = f"word chunks disagreed with whole documents: {problem}"
-                    chunker = None
-            if chunker is not None:
-                ids, starts = chunker.encode(batch)
-            else:
-                encoded = tok.encode(batch)
-                ids = np.concatenate(encoded)
-                starts = np.zeros(len(encoded), dtype=np.int64)
-                np.cumsum([len(e) for e in encoded[:-1]], out=starts[1:])
-            keep = ~np.isin(ids, control)
-            removed = int(len(ids) - keep.sum())
-            if removed:
-                self.removed_control_ids += removed
-                kept_before = np.zeros(len(ids) + 1, dtype=np.int64)
-                np.cumsum(keep, out=kept_before[1:])
-                # position (in the kept sequence) where each removed id used to sit
-                breaks.append(np.unique(kept_before[np.flatnonzero(~keep)]) + total)
-                starts = kept_before[starts]
-                ids = ids[keep]
-            doc_starts.append(starts + total)
-            chunks.append(ids)
-            total += len(ids)
-            batch.clear()
-
-        iterator = iter(texts)
-        while total < target_tokens:
-            text = next(iterator, None)
-            if text is None:
-                break
-            # Documents join as "...end. Next" (non-space | space + non-space): a clean seam.
-            cleaned = strip_markup(text).strip()
-            if not cleaned:
-                continue
-            batch.append(" " + cleaned)
-            batch_chars += len(cleaned) + 1
-            self.documents += 1
-            # Stop batching once the batch likely covers what is missing (chars per token as
-            # measured so far), so that little more than the target is ever encoded.
-            chars_per_token = encoded_chars / total if total else 3.0
-            if batch_chars >= _BATCH_CHARS or (
-                total + batch_chars / chars_per_token >= target_tokens
-            ):
-                flush()
-                batch_chars = 0
-        if batch:
-            flush()
-        self.encoding = "word chunks" if chunker is not None else "whole documents"
-        self.encoding_note = reason
-        self.distinct_chunks = chunker.distinct_chunks if chunker is not None else None
-        self.ids = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
+        pool = encoded if encoded is not None else encode_pool(tok, texts, target_tokens)
+        self.encoded = pool
+        self.documents = int(pool.stats.get("documents", 0))
+        self.removed_control_ids = int(pool.stats.get("removed_control_ids", 0))
+        self.encoding = "whole documents (batched)"
+        self.ids = pool.ids
         self.cuts = tok.safe_cuts(self.ids)
         # Joins: where independently encoded documents meet, and removed ids. Only there can a
         # decoded span tokenize differently from the ids it came from.
         self.joins = np.zeros(len(self.ids) + 1, dtype=bool)
-        if doc_starts:
-            self.joins[np.concatenate(doc_starts)] = True
-        for positions in breaks:
-            self.cuts[positions] = False
-            self.joins[positions] = True
+        self.joins[pool.doc_starts] = True
+        self.cuts[pool.breaks] = False
+        self.joins[pool.breaks] = True
         self.cursor = 0
         self.skipped = 0
         self.exhausted_requests = 0
@@ -170,8 +227,8 @@ class PadPool:
             "skipped_for_alignment": int(self.skipped),
             "removed_control_ids": self.removed_control_ids,
             "encoding": self.encoding,
-            "encoding_note": self.encoding_note,
-            "distinct_chunks": self.distinct_chunks,
+            "encoded_chars": self.encoded.stats.get("encoded_chars"),
+            "encoding_parallelism": self.encoded.stats.get("parallelism"),
             "exhausted_requests": self.exhausted_requests,
         }
 

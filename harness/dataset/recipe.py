@@ -3,6 +3,10 @@
 Field names follow the original `build_openhands_padded_dataset.py` options (recipe.md §6.1), with
 `tokenizer` for `--model`, `trajectories` for `--dataset-name` and `pad_text` for
 `--pad-dataset-name`. Defaults are the original's defaults.
+
+The schema is also the CLI: `repro dataset build` has one option per field (`--<field-name>`,
+help from the field's description) and, where the original's option name differs, that name as
+a second option declared on the field (`cli_aliases`); see `cli_fields` and `cli_overrides`.
 """
 
 from __future__ import annotations
@@ -21,42 +25,80 @@ from harness.paths import DATASETS_DIR
 SYNTHETIC = "synthetic"
 
 
+def _field(default: Any, help: str, *aliases: str, metavar: str | None = None, **kw: Any) -> Any:
+    """A recipe field with its `repro dataset build` option: --<field-name>, plus `aliases`
+    (the original builder's option names, recipe.md §6.1) as a second option for the field."""
+    extra: dict[str, Any] = {"cli_aliases": list(aliases)}
+    if metavar:
+        extra["metavar"] = metavar
+    return Field(default=default, description=help, json_schema_extra=extra, **kw)
+
+
+_NOT_AN_OPTION: dict[str, Any] = {"cli": False}
+
+
 class Recipe(BaseModel):
     """One padded multi-turn dataset: sources, shape and seeds."""
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = ""
-    description: str = ""
+    name: str = Field(default="", json_schema_extra=_NOT_AN_OPTION)
+    description: str = Field(default="", json_schema_extra=_NOT_AN_OPTION)
     # Sources: hub ids (network), local files/dirs (always), or "synthetic" (offline generator).
-    tokenizer: str = "nvidia/GLM-5.2-NVFP4"
-    tokenizer_revision: str | None = None
-    trajectories: str = "nebius/SWE-rebench-openhands-trajectories"
-    trajectories_revision: str | None = None
-    split: str = "train"
-    only_resolved: bool = False
-    max_rows: int | None = Field(default=None, ge=1)
+    tokenizer: str = _field(
+        "nvidia/GLM-5.2-NVFP4",
+        "Tokenizer: local dir, tokenizer.json, hub id, or tiny:tokenizer.",
+        "--model",
+        "--model-path",
+        metavar="ID|PATH",
+    )
+    tokenizer_revision: str | None = _field(None, "Hub revision of the tokenizer.")
+    trajectories: str = _field(
+        "nebius/SWE-rebench-openhands-trajectories",
+        "Trajectory rows: hub id, local parquet/JSONL file or dir, or 'synthetic'.",
+        "--dataset-name",
+        metavar="ID|PATH|synthetic",
+    )
+    trajectories_revision: str | None = _field(None, "Hub revision of the trajectories.")
+    split: str = _field("train", "Trajectory split.")
+    only_resolved: bool = _field(False, "Keep only rows with resolved == 1.")
+    max_rows: int | None = _field(None, "Debug cap on trajectory rows scanned.", ge=1)
     # Shape (bare tokens = encode(text, add_special_tokens=False)).
-    first_turn_length: int = Field(default=74160, ge=1)
-    subsequent_turn_length: int = Field(default=753, ge=0)
-    num_turns: int = Field(default=13, ge=1)
-    number: int = Field(default=128, ge=1)
-    seed: int = 42
-    max_real_first_turn_frac: float = Field(default=0.5, gt=0.0, le=1.0)
+    first_turn_length: int = _field(74160, "Bare tokens in turn 1 (system pad + user).", ge=1)
+    subsequent_turn_length: int = _field(753, "Bare tokens in each later turn.", ge=0)
+    num_turns: int = _field(13, "Turns per conversation.", ge=1)
+    number: int = _field(128, "Conversations to build.", ge=1)
+    seed: int = _field(42, "Seed (random pad: RandomState(seed + conversation)).")
+    max_real_first_turn_frac: float = _field(
+        0.5, "Cap on the real share of turn 1.", gt=0.0, le=1.0
+    )
     # Padding.
-    pad_source: Literal["openscience", "random"] = "openscience"
-    pad_text: str = "nvidia/OpenScienceReasoning-2"
-    pad_revision: str | None = None
-    pad_split: str = "train"
-    pad_text_field: str = "output"
+    pad_source: Literal["openscience", "random"] = _field(
+        "openscience", "Pad from a text pool (openscience) or random whole-word tokens."
+    )
+    pad_text: str = _field(
+        "nvidia/OpenScienceReasoning-2",
+        "Pad text rows: hub id, local parquet/JSONL, or 'synthetic'.",
+        "--pad-dataset-name",
+        metavar="ID|PATH|synthetic",
+    )
+    pad_revision: str | None = _field(None, "Hub revision of the pad text.")
+    pad_split: str = _field("train", "Pad text split.")
+    pad_text_field: str = _field("output", "Pad text field.")
     # `prompt_tokens` of turn t >= 2 adds this per earlier reply (the original's OSL estimate).
-    output_tokens_estimate: int = Field(default=220, ge=0)
+    output_tokens_estimate: int = _field(
+        220, "Tokens assumed per assistant reply in prompt_tokens of later turns.", ge=0
+    )
     # Largest |drift| in tokens tolerated per turn after the builder's own re-tokenisation.
-    tolerance: int = Field(default=0, ge=0)
+    tolerance: int = _field(
+        0, "Largest |drift| in tokens accepted per turn after re-tokenization.", ge=0
+    )
     # Pre-write check: "windows" re-tokenizes real text in full and pad spans around every place
     # where separately encoded text meets (exact for locally splitting pre-tokenizers; others
     # fall back to full); "full" re-tokenizes every character.
-    verify: Literal["windows", "full"] = "windows"
+    verify: Literal["windows", "full"] = _field(
+        "windows", "Pre-write check: pad spans in windows around their joins, or in full."
+    )
 
     def fingerprint(self) -> str:
         """sha256 of the fields that determine the output bytes (name/description excluded)."""
@@ -125,3 +167,34 @@ def make_recipe(
         return Recipe.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(_format_validation(exc, where)) from exc
+
+
+def cli_fields() -> list[tuple[str, Any, list[str]]]:
+    """(field name, pydantic FieldInfo, original option names) of every field that is a
+    `repro dataset build` option, in declaration order."""
+    fields = []
+    for name, info in Recipe.model_fields.items():
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        if extra.get("cli") is False:
+            continue
+        fields.append((name, info, list(extra.get("cli_aliases") or [])))
+    return fields
+
+
+def alias_dest(field: str) -> str:
+    """The keyword under which a field's original-name option arrives from click."""
+    return f"{field}__original_name"
+
+
+def cli_overrides(options: dict[str, Any]) -> dict[str, Any]:
+    """Recipe overrides from parsed options (a field's own option and its original name must
+    agree when both are given)."""
+    overrides: dict[str, Any] = {}
+    for field, _info, aliases in cli_fields():
+        values = [options.get(field), options.get(alias_dest(field)) if aliases else None]
+        given = [v for v in values if v is not None]
+        if len(given) == 2 and given[0] != given[1]:
+            raise ConfigError(f"conflicting values for {field}: {given[1]!r} and {given[0]!r}")
+        if given:
+            overrides[field] = given[0]
+    return overrides

@@ -32,6 +32,74 @@ def load_swe_smith(path: Path) -> dict[str, Any]:
     return data
 
 
+def _targets(
+    meta: dict[str, Any], first_turn_length: int | None, subsequent_turn_length: int | None
+) -> tuple[int | None, int | None]:
+    F = first_turn_length if first_turn_length is not None else meta.get("first_turn_length")
+    S = (
+        subsequent_turn_length
+        if subsequent_turn_length is not None
+        else meta.get("subsequent_turn_length")
+    )
+    return F, S
+
+
+def _count_turns(
+    conversations: list[list[dict[str, Any]]], tok: TokenizerHandle, F: int | None, S: int | None
+) -> tuple[list[dict[str, Any]], list[tuple[list[dict[str, Any]], list[Any]]]]:
+    """Per-conversation turn records (bare counts, drift) and every turn's message history
+    (empty assistant replies between turns) with the ids of each message."""
+    contents = [m["content"] for conv in conversations for turn in conv for m in turn["messages"]]
+    encoded = iter(tok.encode(contents))
+    histories: list[tuple[list[dict[str, Any]], list[Any]]] = []
+    report_convs = []
+    for c, conv in enumerate(conversations):
+        messages: list[dict[str, Any]] = []
+        ids: list[Any] = []
+        turns = []
+        for t, turn in enumerate(conv, 1):
+            if t > 1:
+                messages = [*messages, {"role": "assistant", "content": ""}]
+                ids = [*ids, None]
+            turn_ids = [next(encoded) for _ in turn["messages"]]
+            messages = messages + list(turn["messages"])
+            ids = ids + turn_ids
+            histories.append((messages, ids))
+            per_message = [len(x) for x in turn_ids]
+            bare = sum(per_message)
+            target = F if t == 1 else S
+            turns.append(
+                {
+                    "turn": t,
+                    "roles": [m.get("role") for m in turn["messages"]],
+                    "message_tokens": per_message,
+                    "bare_tokens": bare,
+                    "target": target,
+                    "drift": None if target is None else bare - target,
+                    "prompt_tokens_field": turn.get("prompt_tokens"),
+                }
+            )
+        report_convs.append({"index": c, "turns": turns})
+    return report_convs, histories
+
+
+def _full_template_check(
+    tok: TokenizerHandle,
+    conversations: list[list[dict[str, Any]]],
+    histories: list[tuple[list[dict[str, Any]], list[Any]]],
+    templated: list[int],
+) -> dict[str, Any]:
+    """Every first turn rendered in full, compared with its shrunk templated count."""
+    offsets = [sum(len(conv) for conv in conversations[:c]) for c in range(len(conversations))]
+    full = tok.templated_lengths([histories[o] for o in offsets], full=True)
+    disagreements = [
+        {"conversation": c, "shrunk": templated[offsets[c]], "full": value}
+        for c, value in enumerate(full)
+        if templated[offsets[c]] != value
+    ]
+    return {"checked": len(offsets), "disagreements": disagreements}
+
+
 def verify_file(
     path: Path,
     tok: TokenizerHandle,
@@ -47,89 +115,32 @@ def verify_file(
     template count (exact, see TokenizerHandle.shrink); `full_template` also renders every
     first turn in full and reports any disagreement."""
     data = load_swe_smith(path)
-    meta = data.get("metadata") or {}
-    F = first_turn_length if first_turn_length is not None else meta.get("first_turn_length")
-    S = (
-        subsequent_turn_length
-        if subsequent_turn_length is not None
-        else meta.get("subsequent_turn_length")
-    )
+    F, S = _targets(data.get("metadata") or {}, first_turn_length, subsequent_turn_length)
     conversations = data["conversations"]
-    contents = [m["content"] for conv in conversations for turn in conv for m in turn["messages"]]
-    encoded = iter(tok.encode(contents))
-    histories: list[tuple[list[dict[str, Any]], list[Any]]] = []
-    first_turns: list[tuple[list[dict[str, Any]], list[Any]]] = []
-    report_convs = []
-    exact = total_turns = 0
-    max_drift = 0
-    for c, conv in enumerate(conversations):
-        messages: list[dict[str, Any]] = []
-        ids: list[Any] = []
-        turns = []
-        for t, turn in enumerate(conv, 1):
-            if t > 1:
-                messages = [*messages, {"role": "assistant", "content": ""}]
-                ids = [*ids, None]
-            turn_ids = [next(encoded) for _ in turn["messages"]]
-            messages = messages + list(turn["messages"])
-            ids = ids + turn_ids
-            histories.append((messages, ids))
-            if t == 1:
-                first_turns.append((messages, ids))
-            per_message = [len(x) for x in turn_ids]
-            bare = sum(per_message)
-            target = F if t == 1 else S
-            drift = None if target is None else bare - target
-            total_turns += 1
-            exact += drift == 0
-            if drift is not None:
-                max_drift = max(max_drift, abs(drift))
-            turns.append(
-                {
-                    "turn": t,
-                    "roles": [m.get("role") for m in turn["messages"]],
-                    "message_tokens": per_message,
-                    "bare_tokens": bare,
-                    "target": target,
-                    "drift": drift,
-                    "prompt_tokens_field": turn.get("prompt_tokens"),
-                }
-            )
-        report_convs.append({"index": c, "turns": turns})
+    report_convs, histories = _count_turns(conversations, tok, F, S)
     templated = tok.templated_lengths(histories)
-    disagreements = []
-    if full_template:
-        full = tok.templated_lengths(first_turns, full=True)
-        offsets = [sum(len(conv) for conv in conversations[:c]) for c in range(len(conversations))]
-        disagreements = [
-            {"conversation": c, "shrunk": templated[offsets[c]], "full": value}
-            for c, value in enumerate(full)
-            if templated[offsets[c]] != value
-        ]
-    index = 0
-    for conv in report_convs:
-        for turn in conv["turns"]:
-            turn["templated_prompt_tokens"] = (
-                templated[index] + (turn["turn"] - 1) * output_tokens_estimate
-            )
-            index += 1
+    check = (
+        _full_template_check(tok, conversations, histories, templated) if full_template else None
+    )
+    turns = [turn for conv in report_convs for turn in conv["turns"]]
+    for turn, value in zip(turns, templated, strict=True):
+        turn["templated_prompt_tokens"] = value + (turn["turn"] - 1) * output_tokens_estimate
     first_ok = sum(
         1
         for conv in report_convs
         if conv["turns"][0]["prompt_tokens_field"] == conv["turns"][0]["templated_prompt_tokens"]
     )
+    drifts = [abs(turn["drift"]) for turn in turns if turn["drift"] is not None]
     return {
         "path": str(path),
         "tokenizer": tok.identity(),
         "targets": {"first_turn_length": F, "subsequent_turn_length": S},
         "conversations": len(conversations),
-        "turns": total_turns,
-        "exact_turns": exact,
-        "max_abs_drift": max_drift,
+        "turns": len(turns),
+        "exact_turns": sum(1 for turn in turns if turn["drift"] == 0),
+        "max_abs_drift": max(drifts, default=0),
         "prompt_tokens_turn1_match": first_ok,
-        "template_full_check": (
-            {"checked": len(first_turns), "disagreements": disagreements} if full_template else None
-        ),
+        "template_full_check": check,
         "per_conversation": report_convs,
     }
 

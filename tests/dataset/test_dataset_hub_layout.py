@@ -96,6 +96,9 @@ def build(tmp_path: Path, cache: Path, *extra: str) -> subprocess.CompletedProce
         "HF_HUB_CACHE": str(cache),
         "HF_HOME": str(tmp_path / "hf-home"),  # an empty datasets cache: no prepared copies
         "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets"),
+        # each test plants its own hub cache under the same pinned revisions: a pad pool cached by
+        # another test (keyed by revision, immutable on a real hub) would hide the loading path
+        "REPRO_CACHE": str(tmp_path / "repro-cache"),
     }
     out = tmp_path / "glm53.json"
     argv = [sys.executable, "-c", "from harness.cli import main; main()", "dataset", "build",
