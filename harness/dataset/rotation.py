@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.text import int_ranges
+
 
 def point_offsets(offset: int, numbers: list[int]) -> list[int]:
     """The `dataset_offset` each point runs with: 52, 56, 72, 104, 152 for the blog sweep."""
@@ -69,24 +71,6 @@ def fresh_size(offset: int, numbers: list[int]) -> int:
     return offset + total
 
 
-def _ranges(indices: list[int]) -> str:
-    """Compact text form: [0,1,2,5] -> '0-2, 5'."""
-    values = sorted(set(indices))
-    parts: list[str] = []
-    start = prev = None
-    for value in values:
-        if start is None:
-            start = prev = value
-        elif value == prev + 1:
-            prev = value
-        else:
-            parts.append(f"{start}-{prev}" if start != prev else f"{start}")
-            start = prev = value
-    if start is not None:
-        parts.append(f"{start}-{prev}" if start != prev else f"{start}")
-    return ", ".join(parts)
-
-
 def reuse_report(num_conversations: int, offset: int, numbers: list[int]) -> dict[str, Any]:
     """Which points replay which conversations, and which of them an earlier point already used.
 
@@ -115,7 +99,7 @@ def reuse_report(num_conversations: int, offset: int, numbers: list[int]) -> dic
                 "offset": point_offset,
                 "rotated": 0 < point_offset < num_conversations,
                 "conversations": convs,
-                "ranges": _ranges(convs),
+                "ranges": int_ranges(convs),
                 "reused": reused,
                 "reused_from": {str(k): v for k, v in sorted(reused_from.items())},
                 "repeats_within": repeats_within,
@@ -124,7 +108,7 @@ def reuse_report(num_conversations: int, offset: int, numbers: list[int]) -> dic
         total_reused += len(reused)
         if reused:
             sources = "; ".join(
-                f"{len(v)} from point {k} ({_ranges(v)})" for k, v in sorted(reused_from.items())
+                f"{len(v)} from point {k} ({int_ranges(v)})" for k, v in sorted(reused_from.items())
             )
             warnings.append(
                 f"point {index} (number={number}, offset={point_offset}) reuses {len(reused)} of "

@@ -13,9 +13,8 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from harness.errors import ServerError
-from harness.serve.builds import nvidia_gpu_count
 from harness.serve.profiles import Profile
-from harness.serve.server import AttachedServer, VllmServer, port_is_free
+from harness.serve.server import AttachedServer, VllmServer, port_is_free, require_gpus
 
 Echo = Callable[[str], None]
 
@@ -67,15 +66,7 @@ def check_before_run(profile: Profile, *, url: str | None, port: int | None) -> 
             f"port {use_port} on {profile.host} is busy; pick another with --port, "
             "or stop what is listening there"
         )
-    if profile.gpus > 0:
-        have = nvidia_gpu_count()
-        if have < profile.gpus:
-            raise ServerError(
-                f"profile {profile.name} needs {profile.gpus} NVIDIA GPU(s); this machine has "
-                f"{have}. Run the server where the GPUs are and attach to it with "
-                f"--url http://HOST:PORT (e.g. `repro sweep --profile {profile.name} "
-                f"--url http://gpu-node:8000`)"
-            )
+    require_gpus(profile)
 
 
 def start_server(

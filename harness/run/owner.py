@@ -12,6 +12,8 @@ import socket
 import time
 from typing import Any, Literal
 
+from harness.serve.watchdog import group_alive
+
 OwnerState = Literal["alive", "dead", "elsewhere", "unknown"]
 
 
@@ -40,16 +42,6 @@ def owner_state(owner: dict[str, Any] | None) -> OwnerState:
     if ticks is None or (owner.get("start_ticks") is not None and ticks != owner["start_ticks"]):
         return "dead"
     return "alive"
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def stop_orphaned_group(pgid: int, *, grace_s: float = 15.0) -> bool:

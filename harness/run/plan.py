@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from harness.dataset.rotation import conversations_for_point
 from harness.errors import ConfigError
@@ -24,6 +25,20 @@ class PlannedPoint:
     repeat: int
     dataset_offset: int
     conversations: list[int]
+
+    def identity(self, turns: int) -> dict[str, Any]:
+        """The PointRecord fields that say which point this is and what it asked for."""
+        return {
+            "point_id": self.point_id,
+            "label": self.label,
+            "parallel": self.parallel,
+            "number": self.number,
+            "repeat": self.repeat,
+            "dataset_offset": self.dataset_offset,
+            "conversations": self.conversations,
+            "turns": turns,
+            "expected_requests": self.number * turns,
+        }
 
 
 def _select(points: list[tuple[int, int]], only: Sequence[str] | None) -> set[int]:

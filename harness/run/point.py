@@ -229,15 +229,7 @@ def run_point(
     fidelity.update(derived.info)
     notes += fidelity.get("warnings", [])
     return PointRecord(
-        point_id=plan.point_id,
-        label=plan.label,
-        parallel=plan.parallel,
-        number=plan.number,
-        repeat=plan.repeat,
-        dataset_offset=plan.dataset_offset,
-        conversations=plan.conversations,
-        turns=turns,
-        expected_requests=plan.number * turns,
+        **plan.identity(turns),
         started_at=child.started_at,
         ended_at=child.ended_at,
         window=window,

@@ -55,12 +55,13 @@ from harness.run.inputs import (
     inspect_dataset,
     subsequent_turn_length,
 )
-from harness.run.owner import group_alive, owner_state, stop_orphaned_group, this_owner
+from harness.run.owner import owner_state, stop_orphaned_group, this_owner
 from harness.run.plan import PlannedPoint, plan_points
 from harness.run.point import alive, run_point
 from harness.serve.doctor import require_ready
 from harness.serve.profiles import Profile, load_profile, render_serve_command
 from harness.serve.provenance import host_facts
+from harness.serve.watchdog import group_alive
 
 Echo = Callable[[str], None]
 # One safe path component: no separators, no leading dot, no shell or HTML metacharacters.

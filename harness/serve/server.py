@@ -154,6 +154,20 @@ def _uses_offloading(profile: Profile) -> bool:
 # Servers
 
 
+def require_gpus(profile: Profile) -> None:
+    """The profile's GPUs are on this machine, or an error that says where to run instead."""
+    if profile.gpus <= 0:
+        return
+    have = nvidia_gpu_count()
+    if have < profile.gpus:
+        raise ServerError(
+            f"profile {profile.name} needs {profile.gpus} NVIDIA GPU(s); this machine has "
+            f"{have}. Run the server where the GPUs are and attach to it with "
+            f"--url http://HOST:PORT (e.g. `repro sweep --profile {profile.name} "
+            f"--url http://gpu-node:8000`)"
+        )
+
+
 class VllmServer:
     """A vLLM server the harness owns. Context manager: __enter__ starts, __exit__ stops."""
 
@@ -250,15 +264,7 @@ class VllmServer:
                 f"port {self.port} on {profile.host} is busy; pick another with "
                 f"--port, or stop what is listening there"
             )
-        if profile.gpus > 0:
-            have = nvidia_gpu_count()
-            if have < profile.gpus:
-                raise ServerError(
-                    f"profile {profile.name} needs {profile.gpus} NVIDIA GPU(s); this machine has "
-                    f"{have}. Run the server where the GPUs are and attach to it with "
-                    f"--url http://HOST:PORT (e.g. `repro sweep --profile {profile.name} "
-                    f"--url http://gpu-node:8000`)"
-                )
+        require_gpus(profile)
         try:
             self._launch()
             self._wait_ready()

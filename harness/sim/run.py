@@ -211,15 +211,7 @@ def _record(plan: Any, client: PointClient, res: Any, turns: int, gpus: int) -> 
     ends = [r.end for r in recs if r.end is not None]
     window = (min(r.start for r in recs), max(ends)) if recs and ends else (res.start, res.end)
     return PointRecord(
-        point_id=plan.point_id,
-        label=plan.label,
-        parallel=plan.parallel,
-        number=plan.number,
-        repeat=plan.repeat,
-        dataset_offset=plan.dataset_offset,
-        conversations=plan.conversations,
-        turns=turns,
-        expected_requests=expected,
+        **plan.identity(turns),
         started_at=res.start,
         ended_at=res.end,
         window=window,
