@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+
+from harness.cli.options import path_option
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -147,18 +148,9 @@ def _numbers(table: tuple[tuple[str, Any, str], ...]) -> Callable[[F], F]:
 )
 @_numbers(_LIMITS)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@click.option(
-    "--plot",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write the charts to a standalone offline HTML file.",
-)
-@click.option(
-    "--run",
-    "run_dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Predicted vs measured: read a run directory's profile and workload.",
+@path_option("--plot", dir_okay=False, help="Write the charts to a standalone offline HTML file.")
+@path_option(
+    "--run", "run_dir", help="Predicted vs measured: read a run directory's profile and workload."
 )
 def capacity(**options: object) -> None:
     """HiSparse concurrency calculator: requests that fit with and without HiSparse.

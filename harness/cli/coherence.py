@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from harness.cli.options import overrides_option, path_option
+
 EXIT = {"coherent": 0, "incoherent": 1, "unjudged": 2}
 
 
@@ -25,20 +27,12 @@ def register(group: click.Group) -> None:
     help="Compare with this arm's recorded replies, or a run directory's "
     "(default: the profile's coherence.reference).",
 )
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a profile value (serve.KEY, coherence.KEY, model=...; VALUE is YAML; "
-    "serve.KEY=null removes). Repeatable.",
+@overrides_option(
+    "Override a profile value (serve.KEY, coherence.KEY, model=...; VALUE is YAML; serve.KEY=null removes). Repeatable."
 )
 @click.option("--record", is_flag=True, help="Store the replies as this arm's reference.")
-@click.option(
-    "--references",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="Reference store (default: launch/coherence/references).",
+@path_option(
+    "--references", file_okay=False, help="Reference store (default: launch/coherence/references)."
 )
 @click.option("--no-long-context", is_flag=True, help="Skip the long-context needle probe.")
 @click.option("--port", type=int, default=None, help="Port of a launched server.")

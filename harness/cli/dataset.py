@@ -10,6 +10,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import click
 
+from harness.cli.options import path_option
+
 
 class IntListOption(click.Option):
     """An option taking one or more integers: `--numbers 4 16 32` (also `4,16,32` or repeated).
@@ -119,12 +121,10 @@ def _recipe_options(command: Callable[..., Any]) -> Callable[..., Any]:
 @dataset_group.command("build", cls=IntListCommand)
 @click.argument("recipe", required=False)
 @_recipe_options
-@click.option(
+@path_option(
     "--output-path",
     "output_path",
-    type=click.Path(path_type=Path),
-    help="Output JSON (default: openhand-dataset.json, or <recipe>.json for a recipe)."
-    " A sidecar <output>.manifest.json is written next to it.",
+    help="Output JSON (default: openhand-dataset.json, or <recipe>.json for a recipe). A sidecar <output>.manifest.json is written next to it.",
 )
 @click.option(
     "--fresh-for-sweep",
@@ -184,12 +184,7 @@ def build_command(recipe: str | None, **options: Any) -> None:
     help="Also render every first turn in full to cross-check templated counts.",
 )
 @click.option("--per-turn", is_flag=True, help="Print every conversation's every turn.")
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(path_type=Path),
-    help="Write the full report as JSON here.",
-)
+@path_option("--json", "json_out", help="Write the full report as JSON here.")
 @click.option(
     "--tolerance",
     type=int,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from harness.cli.options import overrides_option, path_option
 from harness.errors import ReproError
 
 _RUN = click.Path(exists=True, file_okay=False, path_type=Path)
@@ -53,19 +54,13 @@ def _write_markdown(path: Path | None, text: str) -> None:
     help="Baseline = median of the last N accepted runs with this history key "
     "(`auto`, the default without --baseline: the candidate's own key).",
 )
-@click.option(
+@path_option(
     "--policy",
-    type=click.Path(path_type=Path),
-    help="Policy file (default: launch/policies/cpu.yaml for CPU profiles, "
-    "default.yaml for GPU arms).",
+    help="Policy file (default: launch/policies/cpu.yaml for CPU profiles, default.yaml for GPU arms).",
 )
 @_DB
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
-@click.option(
-    "--markdown",
-    type=click.Path(path_type=Path),
-    help="Also write the verdict as markdown (PR comment / job summary).",
-)
+@path_option("--markdown", help="Also write the verdict as markdown (PR comment / job summary).")
 @click.option(
     "--all-rows/--flagged-only",
     default=True,
@@ -129,7 +124,7 @@ def _parse_arm(values: tuple[str, ...]) -> dict[str, Path]:
     help="Map an arm to a run explicitly (repeatable); otherwise by profile name.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
-@click.option("--markdown", type=click.Path(path_type=Path), help="Also write a markdown table.")
+@path_option("--markdown", help="Also write a markdown table.")
 def claims_check(
     runs: tuple[Path, ...],
     claims_path: Path | None,
@@ -282,28 +277,18 @@ def history_reject(ref: str, reason: str, history_path: Path | None) -> None:
     required=True,
     help="Build for every arm, e.g. nightly@latest (resolved to a commit first) or cpu-0.32.0.",
 )
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Profile override for every arm (repeatable), as in `repro sweep --set`; "
-    "part of the candidate, like the build: judged against the plain profile's "
-    "history (e.g. a deliberately degraded server).",
+@overrides_option(
+    "Profile override for every arm (repeatable), as in `repro sweep --set`; part of the candidate, like the build: judged against the plain profile's history (e.g. a deliberately degraded server)."
 )
 @_CLAIMS
-@click.option(
-    "--policy",
-    type=click.Path(path_type=Path),
-    help="Policy file (default: launch/policies/cpu.yaml or default.yaml per arm).",
+@path_option(
+    "--policy", help="Policy file (default: launch/policies/cpu.yaml or default.yaml per arm)."
 )
-@click.option("--out", type=click.Path(path_type=Path), help="Parent of the run directories.")
-@click.option(
+@path_option("--out", help="Parent of the run directories.")
+@path_option(
     "--summary",
     "summary_path",
-    type=click.Path(path_type=Path),
-    help="Markdown summary path (default OUT/nightly-STAMP.md; also appended to "
-    "$GITHUB_STEP_SUMMARY).",
+    help="Markdown summary path (default OUT/nightly-STAMP.md; also appended to $GITHUB_STEP_SUMMARY).",
 )
 @click.option("--no-dashboard", is_flag=True, help="Skip the HTML dashboard.")
 @_DB

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from harness.cli.options import overrides_option, path_option
 from harness.paths import REPO_ROOT
 
 DEFAULT_CALIBRATION = REPO_ROOT / "launch" / "calibrations" / "glm53-h200.yaml"
@@ -38,19 +39,12 @@ def _fmt(value: float | None, spec: str) -> str:
     metavar="RECIPE|FILE",
     help="Per-turn token counts [default: blog-shaped, 128 x 13 turns].",
 )
-@click.option(
+@path_option(
     "--calibration",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
+    dir_okay=False,
     help="Calibration file (launch/calibrations/*.yaml) [default: roofline defaults].",
 )
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="serve./sweep. profile override, or sim.PARAM=VALUE (repeatable).",
-)
+@overrides_option("serve./sweep. profile override, or sim.PARAM=VALUE (repeatable).")
 @click.option(
     "--points",
     "points",
@@ -58,12 +52,7 @@ def _fmt(value: float | None, spec: str) -> str:
     metavar="c8,c16",
     help="Only these points (the rest of the plan is skipped).",
 )
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="Parent of the run directory [default: results/].",
-)
+@path_option("--out", file_okay=False, help="Parent of the run directory [default: results/].")
 @click.option("--run-id", default=None, help="Run directory name [default: sim-PROFILE-TIME].")
 @click.pass_context
 def simulate(
@@ -113,10 +102,10 @@ def simulate(
 
 
 @simulate.command("calibrate")
-@click.option(
+@path_option(
     "--out",
     "out",
-    type=click.Path(path_type=Path, dir_okay=False),
+    dir_okay=False,
     default=DEFAULT_CALIBRATION,
     show_default=True,
     help="Calibration file to write.",
@@ -136,13 +125,11 @@ def simulate(
     show_default=True,
     help="GPU to calibrate (only the published figure's GPU is accepted).",
 )
-@click.option(
+@path_option(
     "--start",
     "start",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="Start the fit from this calibration's values [default: sim.md's values, "
-    "after a scan of prefill_eff].",
+    dir_okay=False,
+    help="Start the fit from this calibration's values [default: sim.md's values, after a scan of prefill_eff].",
 )
 def calibrate(out: Path, max_evals: int, model: str, gpu: str, start: Path | None) -> None:
     """Fit six bounded parameters to the blog's two MTP3 series; predict all four arms."""

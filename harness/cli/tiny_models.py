@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from harness.cli.options import path_option
+
 DEFAULT_BUILD = "cpu-0.32.0"
 
 
@@ -35,11 +37,9 @@ def list_models() -> None:
 
 @model_group.command("build")
 @click.argument("name")
-@click.option(
+@path_option(
     "--out",
     "out",
-    type=click.Path(path_type=Path),
-    default=None,
     help="Write the model into this directory instead of the cache (must not exist or be empty).",
 )
 @click.option(

@@ -85,7 +85,7 @@ def test_cpu_mtp_arm_pairs_with_its_no_mtp_twin() -> None:
 def test_block_is_strict_and_names_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("extends: cpu-tiny\ncoherence:\n  probes: tiny-v1\n  thresholds: {}\n")
-    with pytest.raises(ConfigError, match=r"bad\.yaml: coherence\.thresholds: unknown key"):
+    with pytest.raises(ConfigError, match=r"bad\.yaml: key 'coherence\.thresholds': unknown key"):
         load_profile(str(bad))
     band = tmp_path / "band.yaml"
     band.write_text("extends: cpu-tiny\ncoherence:\n  acceptance: {min: 1.5}\n")

@@ -1,0 +1,30 @@
+"""Option declarations that many commands share, so each command states only what differs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def path_option(*decls: str, help: str, **path: Any) -> Decorator:
+    """An option holding a filesystem path (a `Path`; default None). `path` keys go to
+    click.Path (exists, file_okay, dir_okay, writable); `default`, `metavar`, `required` and
+    `show_default` to the option."""
+    option_keys = {k: path.pop(k) for k in ("default", "metavar", "required", "show_default")
+                   if k in path}  # fmt: skip
+    option_keys.setdefault("default", None)
+    return click.option(*decls, type=click.Path(path_type=Path, **path), help=help, **option_keys)
+
+
+def overrides_option(help: str) -> Decorator:
+    """`--set KEY=VALUE`, repeatable, into the `overrides` parameter."""
+    return click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=help)
+
+
+def json_flag(help: str = "Print JSON instead of text.") -> Decorator:
+    return click.option("--json", "as_json", is_flag=True, help=help)
