@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from test_figures_crafted import published_points, write_run
 
-from harness.compare import compare_runs
-from harness.dashboard import write_report
-from harness.figures import pareto_figure
+from harness.analysis.compare import compare_runs
+from harness.report.dashboard import write_report
+from harness.report.figures import pareto_figure
 from harness.results import RunLayout, load_run, point_id
 
 SCRAPES, SERIES = 360, 200
@@ -76,7 +76,7 @@ def main() -> None:
         compare_runs(load_run(a), load_run(b))
         print(f"compare_runs: {1000 * (time.perf_counter() - start):.0f} ms")
         if shutil.which("chromium"):
-            from harness.export import export_figure
+            from harness.report.images import export_figure
 
             fig = pareto_figure([load_run(a), load_run(b)])
             start = time.perf_counter()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -209,6 +210,8 @@ class ClientSummary(_Record):
     kv_cache_hit_rate_pct: float | None = None
     decoded_tok_per_iter: float | None = None
     raw: dict[str, Any] = Field(default_factory=dict)  # the file as EvalScope wrote it
+    # fields EvalScope filled with a failure sentinel (-1, NaN), stored as null
+    sentinels: list[str] = Field(default_factory=list)
 
 
 class PointRecord(_Record):
@@ -267,6 +270,8 @@ class RunManifest(_Record):
     planned_points: list[str] = Field(default_factory=list)
     repeats: int = 1
     notes: list[str] = Field(default_factory=list)
+    # host, pid and process start of the harness that runs it; server_pgid when it launched one
+    owner: dict[str, Any] = Field(default_factory=dict)
 
 
 class RunSummary(_Record):
@@ -295,10 +300,22 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def json_safe(value: Any) -> Any:
+    """NaN and infinities become null: strict JSON, as results/README.md promises."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def atomic_write_json(path: Path, data: Any) -> None:
     if isinstance(data, BaseModel):
         data = data.model_dump(mode="json")
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+    text = json.dumps(json_safe(data), indent=2, sort_keys=False, allow_nan=False)
+    atomic_write_text(path, text + "\n")
 
 
 def rows_to_csv(rows: list[dict[str, Any]]) -> str:

@@ -28,7 +28,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def cpu_build():
     """The real `cpu-0.32.0` build (installed once, reused across sessions)."""
-    from harness.builds import ensure_build
+    from harness.serve.builds import ensure_build
 
     return ensure_build("cpu-0.32.0", echo=lambda msg: print(f"[cpu_build] {msg}", flush=True))
 
@@ -36,7 +36,7 @@ def cpu_build():
 @pytest.fixture(scope="session")
 def tiny_model_path(cpu_build) -> Callable[[str], Path]:
     """tiny_model_path("tiny-llama") -> the cached local model directory (built on first use)."""
-    from harness.tiny import ensure_model
+    from harness.serve.tiny import ensure_model
 
     def get(name: str) -> Path:
         return ensure_model(name, cpu_build.python)
@@ -51,8 +51,8 @@ def server_factory(cpu_build, tmp_path_factory: pytest.TempPathFactory) -> Itera
     One server per (profile, overrides) per session, restarted if it died, all stopped at
     session end. Logs go to a session tmp dir; ports are free loopback ports.
     """
-    from harness.profiles import load_profile
-    from harness.server import VllmServer, free_port
+    from harness.serve.profiles import load_profile
+    from harness.serve.server import VllmServer, free_port
 
     log_dir = tmp_path_factory.mktemp("vllm-servers")
     servers: dict[tuple[str, tuple[str, ...]], VllmServer] = {}

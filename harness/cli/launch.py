@@ -34,7 +34,7 @@ def builds_group() -> None:
 @builds_group.command("list")
 def builds_list() -> None:
     """List the declared builds, their kind, device and whether they are installed."""
-    from harness.builds import build_dir, load_builds
+    from harness.serve.builds import build_dir, load_builds
 
     for name, build in load_builds().items():
         pin = build.package or (f"{build.repo}@{build.commit}" if build.commit else build.repo)
@@ -50,7 +50,7 @@ def build_cmd(name: str, dry_run: bool) -> None:
 
     NAME is a key of launch/builds.yaml, or nightly@<40-hex sha> / nightly@latest.
     """
-    from harness.builds import ensure_build, install_plan
+    from harness.serve.builds import ensure_build, install_plan
 
     if dry_run:
         for line in install_plan(name):
@@ -68,7 +68,7 @@ def profiles_group() -> None:
 @profiles_group.command("list")
 def profiles_list() -> None:
     """List profiles: name, build, GPUs needed, model."""
-    from harness.profiles import list_profiles
+    from harness.serve.profiles import list_profiles
 
     for profile in list_profiles():
         click.echo(f"{profile.name:28} {profile.build:32} gpus={profile.gpus:<2} {profile.model}")
@@ -87,7 +87,7 @@ def profiles_show(name: str, command_only: bool, overrides: tuple[str, ...]) -> 
     """Show profile NAME resolved (extends merged, overrides applied) and its command."""
     import shlex
 
-    from harness.profiles import load_profile, render_serve_command
+    from harness.serve.profiles import load_profile, render_serve_command
 
     profile = load_profile(name, overrides)
     command = shlex.join(render_serve_command(profile))
@@ -120,7 +120,7 @@ def launch_cmd(
     """
     from pathlib import Path
 
-    from harness.server import serve_until_signalled
+    from harness.serve.server import serve_until_signalled
 
     serve_until_signalled(
         profile_name,

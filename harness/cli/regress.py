@@ -76,9 +76,9 @@ def regress_cmd(
 
     Exit code 1 when anything is a regression, 0 otherwise, 2 when the inputs are invalid or
     not comparable (different workload or dataset, invalid or missing points). The rules are in
-    `harness/regress.py`'s docstring; thresholds in the policy file.
+    `harness/gate/regress.py`'s docstring; thresholds in the policy file.
     """
-    from harness.regress import regress, render_json, render_markdown, render_table
+    from harness.gate.regress import regress, render_json, render_markdown, render_table
 
     verdict = regress(
         candidate,
@@ -133,7 +133,7 @@ def claims_check(
     markdown: Path | None,
 ) -> None:
     """Say which claims hold for RUNS. Exit 1 if any fails, 2 if none applies."""
-    from harness.claims import claims_exit_code, claims_to_dict, render_claims, run_claims
+    from harness.gate.claims import claims_exit_code, claims_to_dict, render_claims, run_claims
 
     results, notes = run_claims(runs, claims_path=claims_path, explicit=_parse_arm(arms))
     if as_json:
@@ -171,7 +171,7 @@ def history_list(
     key: str | None, state: str | None, as_json: bool, history_path: Path | None
 ) -> None:
     """List recorded runs with their current state (latest event)."""
-    from harness.history import History
+    from harness.gate.history import History
 
     entries = History.open(history_path).entries(key=key, state=state)
     if as_json:
@@ -210,7 +210,7 @@ def history_list(
 @_DB
 def history_show(ref: str, history_path: Path | None) -> None:
     """Show one run (REF: #id, run id or run directory) and all its events."""
-    from harness.history import History
+    from harness.gate.history import History
 
     history = History.open(history_path)
     e = history.entry(ref.lstrip("#"))
@@ -227,7 +227,7 @@ def history_show(ref: str, history_path: Path | None) -> None:
 
 
 def _set_state(ref: str, state: str, reason: str, history_path: Path | None) -> None:
-    from harness.history import History
+    from harness.gate.history import History
     from harness.results import load_run
 
     history = History.open(history_path)
@@ -308,7 +308,7 @@ def nightly_cmd(
 ) -> None:
     """Build -> sweep each arm -> verdict vs history (suspicious points rerun once) -> claims
     -> dashboard + summary -> history. Exit 2 on errors, 1 on a regression or failed claim."""
-    from harness.nightly import run_nightly
+    from harness.gate.nightly import run_nightly
 
     names = [p.strip() for p in profiles.split(",") if p.strip()]
     result = run_nightly(

@@ -44,7 +44,7 @@ def report(
       repro report results/cpu-tiny-20260101-000000
       repro report results/nightly-b --baseline results/nightly-a --out pr.html
     """
-    from harness.dashboard import resolve_run_dir, write_report
+    from harness.report.dashboard import resolve_run_dir, write_report
 
     dirs = [resolve_run_dir(r) for r in runs]
     base = resolve_run_dir(baseline) if baseline else None
@@ -79,14 +79,14 @@ def compare(a: str, b: str, as_json: bool, tolerance: float | None, include_empt
       repro compare results/run-a results/run-b
       repro compare run-a run-b --json | jq '.rows[] | select(.verdict=="worse")'
     """
-    from harness.compare import (
+    from harness.analysis.compare import (
         DEFAULT_TOLERANCE,
         compare_curves,
         compare_json,
         compare_runs,
         render_table,
     )
-    from harness.dashboard import resolve_run_dir
+    from harness.report.dashboard import resolve_run_dir
     from harness.results import load_run
 
     tol = DEFAULT_TOLERANCE if tolerance is None else tolerance
@@ -138,9 +138,9 @@ def figure(
       repro figure results/run-a --out pareto.svg --definition bench-sweep
     Static export uses the system Chromium (apt-get install -y chromium, or BROWSER_PATH).
     """
-    from harness.dashboard import resolve_run_dir
-    from harness.export import export_figure
-    from harness.figures import pareto_figure
+    from harness.report.dashboard import resolve_run_dir
+    from harness.report.figures import pareto_figure
+    from harness.report.images import export_figure
     from harness.results import load_run
 
     loaded = [load_run(resolve_run_dir(r)) for r in runs]

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
+
+from harness.errors import ReproError
+from harness.report.dashboard import write_report
+from harness.report.images import write_run_figures
+from harness.run.console import list_runs, show_run
+from harness.run.sweep import SweepRequest, run_sweep
 
 
 def register(group: click.Group) -> None:
@@ -112,19 +119,16 @@ def sweep(
       repro sweep --profile cpu-tiny --url http://127.0.0.1:8000 --points c1,c8
       repro sweep --resume results/cpu-tiny-20260101-000000
     """
-    from harness.sweep import run_sweep
-
     if profile is None and resume is None:
         raise click.UsageError("Missing option '--profile' (or --resume RUN_DIR to continue a run)")
-
     if url and port:
         raise click.UsageError("--port applies to a launched server; --url already names one")
     if resume is not None and (overrides or dataset or url or run_id):
         raise click.UsageError(
             "--resume takes its settings from the run; drop --set, --dataset, --url and --run-id"
         )
-    run_sweep(
-        profile,
+    request = SweepRequest(
+        profile=profile,
         overrides=overrides,
         dataset=dataset,
         url=url,
@@ -135,9 +139,28 @@ def sweep(
         fail_fast=fail_fast,
         repeats=repeats,
         only_points=[only_points] if only_points else None,
-        report=not no_report,
         port=port,
     )
+    run_dir = run_sweep(request)
+    if not dry_run and not no_report:
+        write_run_report(run_dir, click.echo)
+
+
+def write_run_report(run_dir: Path, echo: Callable[[str], None]) -> None:
+    """The HTML report and the run's figures (HTML, PNG, SVG), after the run; a failure here is
+    reported, never fatal: the run's results are already written."""
+    try:
+        echo(f"report: {write_report([run_dir])}")
+    except ReproError as exc:
+        echo(f"report failed: {exc}")
+    try:
+        written, skipped = write_run_figures(run_dir)
+    except ReproError as exc:
+        echo(f"figures failed: {exc}")
+        return
+    echo(f"figures: {', '.join(p.name for p in written)} in {run_dir / 'figures'}")
+    if skipped:
+        echo(f"figures: PNG/SVG skipped: {skipped}")
 
 
 @click.group()
@@ -154,8 +177,6 @@ def runs() -> None:
 )
 def runs_list(out: Path | None) -> None:
     """One line per run: id, status, profile, points (valid/finished/planned), workload key."""
-    from harness.sweep import list_runs
-
     for line in list_runs(out):
         click.echo(line)
 
@@ -164,6 +185,4 @@ def runs_list(out: Path | None) -> None:
 @click.argument("run", type=click.Path(path_type=Path))
 def runs_show(run: Path) -> None:
     """The summary table of RUN (a run directory, or a run id under results/)."""
-    from harness.sweep import show_run
-
     click.echo(show_run(run))

@@ -22,7 +22,7 @@ def model_group() -> None:
 @model_group.command("list")
 def list_models() -> None:
     """List the tiny models `repro model build` can make, with their architecture."""
-    from harness.tiny.models import MODEL_SPECS
+    from harness.serve.tiny.models import MODEL_SPECS
 
     for name, spec in MODEL_SPECS.items():
         params = spec["params"]
@@ -55,15 +55,15 @@ def build_model_command(name: str, out: Path | None, build: str) -> None:
     Without --out the result lands in the cache ($REPRO_CACHE/models/...), where profiles
     find it; a second call reuses it.
     """
-    from harness.tiny import ensure_tokenizer
-    from harness.tiny.tokenizer import build_tokenizer
+    from harness.serve.tiny import ensure_tokenizer
+    from harness.serve.tiny.tokenizer import build_tokenizer
 
     if name == "tokenizer":
         click.echo(str(_fresh_out(out, build_tokenizer) if out else ensure_tokenizer()))
         return
 
-    from harness.builds import ensure_build
-    from harness.tiny.models import build_model, ensure_model, model_spec
+    from harness.serve.builds import ensure_build
+    from harness.serve.tiny.models import build_model, ensure_model, model_spec
 
     model_spec(name)  # unknown names fail before installing anything
     env = ensure_build(build, echo=lambda line: click.echo(line, err=True))

@@ -52,7 +52,7 @@ def recipe_overrides(options: dict[str, Any]) -> dict[str, Any]:
 
 def sweep_from_profile(name: str) -> tuple[int, list[int]]:
     """(dataset_offset, numbers) of a profile's sweep block."""
-    from harness.profiles import load_profile
+    from harness.serve.profiles import load_profile
 
     profile = load_profile(name)
     return profile.sweep.dataset_offset, [number for _parallel, number in profile.sweep.points]

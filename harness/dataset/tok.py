@@ -32,7 +32,7 @@ def resolve_tokenizer_dir(spec: str, revision: str | None = None) -> tuple[Path,
     """(local directory, kind) for `tiny:tokenizer`, a local dir/tokenizer.json, or a hub id."""
     if spec.startswith("tiny:"):
         from harness.errors import ReproError
-        from harness.tiny import resolve_tokenizer
+        from harness.serve.tiny import resolve_tokenizer
 
         try:
             return resolve_tokenizer(spec), "tiny"

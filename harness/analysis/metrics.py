@@ -1,0 +1,246 @@
+"""Pure derivation of every per-point metric in `harness.results.METRICS`.
+
+Inputs are data, not servers: the `/metrics` samples of one point (`harness.client.scrape.Sample`,
+from memory or `samples.csv`), EvalScope's normalised summary, its percentile rows and the
+per-request timings from its sqlite.  Rules (see reference/vllm.md §3 and pitfalls.md):
+
+- gauges: per scrape, summed over series (i.e. over `engine`) — except `kv_cache_usage_perc`,
+  which takes the max over engines; then mean/max over the scrapes of the point window;
+- occupancy: mean of the *non-zero* per-scrape sums of `vllm:num_requests_running`; null (never
+  0) when no scrape saw a running request;
+- counters: per series (name + labels), increases between consecutive scrapes, where a drop is a
+  reset (restarted server) and the increase after it is the new value itself; summed over series.
+  Counter sample names end in `_total`; both `X_total` and `X` are accepted;
+- a ratio with a zero or missing denominator is null.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.client.scrape import Sample
+from harness.results import METRICS, ClientSummary
+
+GIB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class RequestTiming:
+    """One EvalScope request (one turn), times on the monotonic clock (perf_counter)."""
+
+    start: float
+    end: float | None
+    success: bool
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+@dataclass
+class DerivedMetrics:
+    metrics: dict[str, float | None]
+    counter_resets: int = 0
+    scrapes: int = 0  # distinct scrape instants in the samples
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- sample helpers
+
+
+def _series_key(sample: Sample) -> str:
+    return sample.name + json.dumps(sample.labels, sort_keys=True)
+
+
+def _names(name: str) -> tuple[str, ...]:
+    base = name.removesuffix("_total")
+    return (base + "_total", base)
+
+
+def _matches(sample: Sample, names: tuple[str, ...], where: dict[str, str] | None) -> bool:
+    if sample.name not in names:
+        return False
+    return not where or all(sample.labels.get(k) == v for k, v in where.items())
+
+
+def gauge_per_scrape(
+    samples: Iterable[Sample],
+    name: str,
+    *,
+    combine: str = "sum",
+    where: dict[str, str] | None = None,
+) -> list[tuple[float, float]]:
+    """[(monotonic, value)] per scrape instant, combining series (engines) by sum or max."""
+    by_time: dict[float, list[float]] = defaultdict(list)
+    for s in samples:
+        if s.name == name and (not where or all(s.labels.get(k) == v for k, v in where.items())):
+            by_time[s.monotonic].append(s.value)
+    fold = max if combine == "max" else sum
+    return [(t, float(fold(v))) for t, v in sorted(by_time.items())]
+
+
+def counter_delta(
+    samples: Iterable[Sample], name: str, *, where: dict[str, str] | None = None
+) -> tuple[float | None, int]:
+    """(increase over the window summed over series, resets seen); None when never sampled."""
+    names = _names(name)
+    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for s in samples:
+        if _matches(s, names, where):
+            series[_series_key(s)].append((s.monotonic, s.value))
+    if not series:
+        return None, 0
+    total, resets = 0.0, 0
+    for points in series.values():
+        points.sort()
+        for (_, before), (_, after) in itertools.pairwise(points):
+            if after >= before:
+                total += after - before
+            else:
+                resets += 1
+                total += after
+    return total, resets
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den <= 0:
+        return None
+    return num / den
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+# --------------------------------------------------------------------------- client helpers
+
+
+def client_in_flight_mean(requests: Sequence[RequestTiming]) -> float | None:
+    """Time-weighted mean of in-flight requests over [first start, last end] (the point window)."""
+    spans = [(r.start, r.end) for r in requests if r.end is not None and r.end >= r.start]
+    if not spans:
+        return None
+    begin = min(s for s, _ in spans)
+    end = max(e for _, e in spans)
+    if end <= begin:
+        return None
+    return sum(e - s for s, e in spans) / (end - begin)
+
+
+def in_flight_at(requests: Sequence[RequestTiming], t: float) -> int:
+    return sum(1 for r in requests if r.end is not None and r.start <= t < r.end)
+
+
+def percentile_value(
+    rows: Sequence[dict[str, Any]] | None, label: str, column: str
+) -> float | None:
+    for row in rows or ():
+        if str(row.get("Percentiles")) == label:
+            value = row.get(column)
+            return float(value) if isinstance(value, int | float) else None
+    return None
+
+
+# --------------------------------------------------------------------------- the derivation
+
+
+def derive_point_metrics(
+    samples: Sequence[Sample],
+    *,
+    client: ClientSummary | None,
+    percentiles: Sequence[dict[str, Any]] | None = None,
+    requests: Sequence[RequestTiming] | None = None,
+    parallel: int,
+    gpus: int,
+) -> DerivedMetrics:
+    """Every METRICS key (None when not measurable) from one point's data."""
+    divisor = max(gpus, 1)
+    m: dict[str, float | None] = dict.fromkeys(METRICS)
+
+    if client is not None:
+        tpot = client.mean_tpot_ms
+        m["interactivity"] = 1000.0 / tpot if tpot else None
+        m["mean_tpot_ms"] = tpot
+        m["mean_ttft_ms"] = client.mean_ttft_ms
+        m["mean_itl_ms"] = client.mean_itl_ms
+        if client.total_throughput is not None:
+            m["throughput_per_gpu"] = client.total_throughput / divisor
+        if client.output_throughput is not None:
+            m["output_throughput_per_gpu"] = client.output_throughput / divisor
+            m["output_tps_per_user"] = client.output_throughput / max(parallel, 1)
+        m["request_throughput"] = client.request_throughput
+        if client.kv_cache_hit_rate_pct is not None:
+            m["client_kv_cache_hit_rate"] = client.kv_cache_hit_rate_pct / 100.0
+        m["duration_s"] = client.duration_s
+    m["p99_ttft_ms"] = percentile_value(percentiles, "99%", "TTFT (ms)")
+    m["p99_tpot_ms"] = percentile_value(percentiles, "99%", "TPOT (ms)")
+
+    running = gauge_per_scrape(samples, "vllm:num_requests_running")
+    nonzero = [v for _, v in running if v > 0]
+    m["occupancy"] = _mean(nonzero)
+    waiting = [v for _, v in gauge_per_scrape(samples, "vllm:num_requests_waiting")]
+    m["waiting_mean"] = _mean(waiting)
+    m["waiting_max"] = max(waiting) if waiting else None
+    kv = [v for _, v in gauge_per_scrape(samples, "vllm:kv_cache_usage_perc", combine="max")]
+    m["kv_cache_usage_mean"] = _mean(kv)
+    m["kv_cache_usage_max"] = max(kv) if kv else None
+
+    resets: list[int] = []
+
+    def delta(name: str, where: dict[str, str] | None = None) -> float | None:
+        value, n = counter_delta(samples, name, where=where)
+        resets.append(n)
+        return value
+
+    tpot_sum = delta("vllm:request_time_per_output_token_seconds_sum")
+    tpot_count = delta("vllm:request_time_per_output_token_seconds_count")
+    server_tpot = _ratio(tpot_sum, tpot_count)
+    m["server_tpot_ms"] = server_tpot * 1000.0 if server_tpot is not None else None
+
+    drafts = delta("vllm:spec_decode_num_drafts")
+    draft_tokens = delta("vllm:spec_decode_num_draft_tokens")
+    accepted = delta("vllm:spec_decode_num_accepted_tokens")
+    per_draft = _ratio(accepted, drafts)
+    m["mtp_acceptance_length"] = 1.0 + per_draft if per_draft is not None else None
+    m["spec_acceptance_rate"] = _ratio(accepted, draft_tokens)
+
+    m["preemptions"] = delta("vllm:num_preemptions")
+    m["prefix_cache_hit_rate"] = _ratio(
+        delta("vllm:prefix_cache_hits"), delta("vllm:prefix_cache_queries")
+    )
+
+    hits, misses = delta("vllm:hisparse_cache_hits"), delta("vllm:hisparse_cache_misses")
+    m["hisparse_hit_rate"] = (
+        _ratio(hits, (hits or 0.0) + (misses or 0.0)) if hits is not None else None
+    )
+    h2d = delta("vllm:hisparse_host_to_device_bytes")
+    m["hisparse_h2d_gib"] = h2d / GIB if h2d is not None else None
+
+    load = delta("vllm:kv_offload_load_bytes")
+    if load is None:  # the older, deprecated form
+        load = delta("vllm:kv_offload_total_bytes", {"transfer_type": "cpu_to_gpu"})
+    store = delta("vllm:kv_offload_store_bytes")
+    if store is None:
+        store = delta("vllm:kv_offload_total_bytes", {"transfer_type": "gpu_to_cpu"})
+    m["offload_load_gib"] = load / GIB if load is not None else None
+    m["offload_store_gib"] = store / GIB if store is not None else None
+
+    if requests:
+        m["client_in_flight_mean"] = client_in_flight_mean(requests)
+
+    info: dict[str, Any] = {
+        "running_samples": len(running),
+        "running_nonzero_samples": len(nonzero),
+    }
+    if requests and running:
+        # Client in-flight count at the instants the gauge was sampled (same monotonic clock).
+        pairs = [(v, in_flight_at(requests, t)) for t, v in running if v > 0]
+        if pairs:
+            info["client_in_flight_at_nonzero_scrapes_mean"] = _mean([c for _, c in pairs])
+    scrapes = len({s.monotonic for s in samples})
+    return DerivedMetrics(
+        metrics=m, counter_resets=max(resets, default=0), scrapes=scrapes, info=info
+    )

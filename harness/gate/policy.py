@@ -1,0 +1,123 @@
+"""Regression policies: which metrics the verdict judges, in which direction, with what tolerance.
+
+A policy is a YAML file (``launch/policies/*.yaml``) validated strictly: an unknown key anywhere
+is an error naming the file and the key. Shape::
+
+    description: "..."
+    baseline_runs: 5          # history baseline = median of the last N accepted runs
+    suspicious_band: 0.5      # a worsening of band x threshold .. threshold is "suspicious"
+    confidence: 0.95          # confidence level of the per-point CI when the candidate has repeats
+    metrics:                  # per-point metrics, keys from harness.results.METRICS
+      throughput_per_gpu: {threshold: 0.10, floor: 1.0}
+      preemptions: {threshold: 0.5, floor: 3, points: [c4, c8]}
+    curves:                   # curve-level metrics over the interactivity/throughput frontier
+      frontier_auc: {threshold: 0.10}
+      throughput_at_interactivity: {threshold: 0.10, at: [20, 50]}
+
+``threshold`` is relative (0.10 = 10 % worse than the baseline), ``floor`` absolute in the
+metric's unit (changes smaller than the floor are ignored whatever their relative size),
+``direction`` defaults to ``METRICS[key].better`` and is required for metrics without one.
+The classification rules themselves live in :mod:`harness.gate.regress`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from harness.errors import ConfigError
+from harness.paths import LAUNCH_DIR
+from harness.results import METRICS
+
+POLICIES_DIR = LAUNCH_DIR / "policies"
+DEFAULT_GPU_POLICY = POLICIES_DIR / "default.yaml"
+DEFAULT_CPU_POLICY = POLICIES_DIR / "cpu.yaml"
+
+CURVE_METRICS = ("frontier_auc", "throughput_at_interactivity")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MetricRule(_Strict):
+    threshold: float = Field(gt=0)
+    floor: float = Field(default=0.0, ge=0)
+    direction: Literal["higher", "lower"] | None = None
+    suspicious_band: float | None = Field(default=None, gt=0, le=1)
+    points: list[str] | None = None  # point labels (e.g. "c8"); None = every matched point
+
+
+class CurveRule(_Strict):
+    threshold: float = Field(gt=0)
+    floor: float = Field(default=0.0, ge=0)
+    suspicious_band: float | None = Field(default=None, gt=0, le=1)
+    at: list[float] = Field(default_factory=list)  # interactivity values (tok/s/user)
+
+
+class Policy(_Strict):
+    description: str = ""
+    baseline_runs: int = Field(default=5, ge=1)
+    suspicious_band: float = Field(default=0.5, gt=0, le=1)
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    metrics: dict[str, MetricRule]
+    curves: dict[Literal["frontier_auc", "throughput_at_interactivity"], CurveRule] = Field(
+        default_factory=dict
+    )
+    source: Path | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _known_metrics(self) -> Policy:
+        for key, rule in self.metrics.items():
+            if key not in METRICS:
+                known = ", ".join(sorted(METRICS))
+                raise ValueError(f"metrics.{key}: unknown metric (known: {known})")
+            if rule.direction is None and METRICS[key].better is None:
+                raise ValueError(f"metrics.{key}: no default direction; set direction")
+        rule = self.curves.get("throughput_at_interactivity")
+        if rule is not None and not rule.at:
+            raise ValueError("curves.throughput_at_interactivity.at: give at least one value")
+        return self
+
+    def direction(self, metric: str) -> Literal["higher", "lower"]:
+        rule = self.metrics[metric]
+        return rule.direction or METRICS[metric].better  # type: ignore[return-value]
+
+    def band(self, rule: MetricRule | CurveRule) -> float:
+        return rule.suspicious_band if rule.suspicious_band is not None else self.suspicious_band
+
+
+def load_policy(path: Path | str) -> Policy:
+    """Read and validate a policy file; errors name the file and the offending key."""
+    path = Path(path)
+    if not path.is_file() and not path.suffix and (POLICIES_DIR / f"{path}.yaml").is_file():
+        path = POLICIES_DIR / f"{path}.yaml"  # a bare name like "cpu"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: policy file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a policy must be a mapping with a 'metrics' key")
+    try:
+        policy = Policy.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"] if part != "after")
+        message = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "extra_forbidden":
+            message = "unknown key"
+        raise ConfigError(
+            f"{path}: key {where!r}: {message}" if where else f"{path}: {message}"
+        ) from None
+    policy.source = path
+    return policy
+
+
+def default_policy_path(gpus: int) -> Path:
+    """CPU profiles (gpus == 0) get thresholds from measured CPU noise; GPU arms the default."""
+    return DEFAULT_CPU_POLICY if gpus == 0 else DEFAULT_GPU_POLICY

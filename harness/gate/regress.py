@@ -1,0 +1,707 @@
+"""The regression verdict: a candidate run against a baseline run or the run history.
+
+Matching. Points are matched by (parallel, number). Every point of the baseline must exist in
+the candidate and vice versa, and every matched point must be valid (all its repeats): otherwise
+the inputs are invalid and the verdict exits 2 with the reason. Two runs are comparable when
+their *workload* is the same: dataset checksum, the sweep's points, offset, output length,
+ignore_eos, multi-turn/max-turns and the per-GPU divisor (see :func:`workload_identity`).
+Serve flags and the build may differ - that is what a regression test compares. (The
+manifest's ``workload_key`` also hashes serve flags and build, so it is reported, not required.)
+
+Values. A point's value is the median over its repeats; a history baseline's value is the
+median over the last N accepted runs of each run's value.
+
+Classification of one (point, metric), with b = baseline, c = candidate, threshold t, floor f,
+band s (policy ``suspicious_band``, default 0.5), and ``worse`` = the relative change towards
+worse ((b - c) / |b| when higher is better, (c - b) / |b| when lower is better; b = 0 with any
+change counts as an infinite relative change):
+
+1. |c - b| <= f                       -> ok (below the absolute floor, whatever the ratio)
+2. worse >= t                         -> regression, unless the breach is within the noise:
+   a. the candidate has >= 2 repeats: the median's confidence interval (harness.analysis.stats.median_ci
+      at the policy's confidence) must lie entirely on the worse side of b (higher-better:
+      CI high < b; lower-better: CI low > b);
+   b. a single candidate value against a history of >= 3 accepted runs: it must also lie
+      beyond the worst of those runs' values (the history's own spread);
+   a breach that fails a or b is "suspicious" (breached once, within noise)
+3. s * t <= worse < t                 -> suspicious (close to the threshold)
+4. -worse >= t                        -> improvement
+5. otherwise                          -> ok
+A metric present on one side only is suspicious; absent on both sides it is not judged.
+
+Curve-level metrics (harness.analysis.curves) are computed per repeat index (repeat r of every point
+forms one curve) and per baseline run, then reduced and classified exactly like a point metric. The overall status is the worst class present
+(regression > suspicious > improvement > ok). Exit code: 1 for a regression, else 0; invalid
+or incomparable inputs raise :class:`IncomparableError` (exit 2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.analysis import curves
+from harness.errors import ReproError
+from harness.gate.policy import CurveRule, MetricRule, Policy
+from harness.results import METRICS, Run
+
+CLASSES = ("ok", "improvement", "suspicious", "regression")
+_SEVERITY = {name: rank for rank, name in enumerate(CLASSES)}
+
+# The sweep fields that define what the client sends; everything else may differ between runs.
+WORKLOAD_SWEEP_FIELDS = (
+    "points",
+    "dataset_offset",
+    "max_tokens",
+    "ignore_eos",
+    "multi_turn",
+    "max_turns",
+)
+
+
+class IncomparableError(ReproError):
+    """Candidate and baseline cannot be compared (exit 2)."""
+
+
+# --------------------------------------------------------------------------- run views
+
+
+@dataclass
+class PointValues:
+    """One (parallel, number) of a run: its repeats' metrics, reduced on demand."""
+
+    label: str
+    parallel: int
+    number: int
+    repeats: list[dict[str, float | None]] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)  # reasons of invalid repeats
+
+    def values(self, metric: str) -> list[float]:
+        return [float(r[metric]) for r in self.repeats if r.get(metric) is not None]
+
+    def median(self, metric: str) -> float | None:
+        values = self.values(metric)
+        return statistics.median(values) if values else None
+
+
+@dataclass
+class RunView:
+    """What the verdict needs from a run; built from a run directory or a history record."""
+
+    name: str
+    source: str
+    profile_name: str
+    status: str
+    workload: dict[str, Any]
+    workload_key: str
+    points: dict[tuple[int, int], PointValues]
+    serve: dict[str, Any] = field(default_factory=dict)
+    build: str | None = None
+    overrides: list[str] = field(default_factory=list)
+
+    @property
+    def workload_id(self) -> str:
+        return workload_hash(self.workload)
+
+
+def workload_identity(manifest_data: dict[str, Any]) -> dict[str, Any]:
+    """The fields that must match for two runs to be comparable (see the module docstring)."""
+    sweep = manifest_data.get("sweep") or {}
+    dataset = manifest_data.get("dataset") or {}
+    identity: dict[str, Any] = {"dataset_sha256": dataset.get("sha256")}
+    for key in WORKLOAD_SWEEP_FIELDS:
+        value = sweep.get(key)
+        identity[key] = [list(p) for p in value] if key == "points" and value else value
+    identity["gpus"] = manifest_data.get("gpus")
+    return identity
+
+
+def workload_hash(identity: dict[str, Any]) -> str:
+    blob = json.dumps(identity, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def point_rows(run: Run) -> list[dict[str, Any]]:
+    """Per-point records in the compact form the history stores."""
+    return [
+        {
+            "label": p.label,
+            "parallel": p.parallel,
+            "number": p.number,
+            "repeat": p.repeat,
+            "valid": p.valid,
+            "invalid_reasons": list(p.invalid_reasons),
+            "metrics": dict(p.metrics),
+        }
+        for p in run.points
+    ]
+
+
+def view_from_parts(
+    *, name: str, source: str, manifest_data: dict[str, Any], rows: Sequence[dict[str, Any]]
+) -> RunView:
+    points: dict[tuple[int, int], PointValues] = {}
+    for row in rows:
+        key = (int(row["parallel"]), int(row["number"]))
+        pv = points.setdefault(key, PointValues(row["label"], key[0], key[1]))
+        if row["valid"]:
+            pv.repeats.append(dict(row["metrics"]))
+        else:
+            reasons = "; ".join(row.get("invalid_reasons") or []) or "invalid"
+            pv.invalid.append(f"repeat {row.get('repeat', 0)}: {reasons}")
+    profile = manifest_data.get("profile") or {}
+    return RunView(
+        name=name,
+        source=source,
+        profile_name=manifest_data.get("profile_name", "?"),
+        status=manifest_data.get("status", "?"),
+        workload=workload_identity(manifest_data),
+        workload_key=manifest_data.get("workload_key", ""),
+        points=points,
+        serve=dict(profile.get("serve") or {}),
+        build=profile.get("build"),
+        overrides=list(manifest_data.get("overrides") or []),
+    )
+
+
+def view_from_run(run: Run) -> RunView:
+    return view_from_parts(
+        name=run.name,
+        source=str(run.root),
+        manifest_data=run.manifest.model_dump(mode="json"),
+        rows=point_rows(run),
+    )
+
+
+# --------------------------------------------------------------------------- classification
+
+
+@dataclass
+class Judgement:
+    cls: str
+    change: float | None  # signed relative change (c - b) / |b|
+    worse: float | None  # relative change towards worse (positive = worse)
+    reason: str
+
+
+def relative(delta: float, base: float) -> float:
+    if base != 0:
+        return delta / abs(base)
+    return 0.0 if delta == 0 else math.copysign(math.inf, delta)
+
+
+def classify(
+    baseline: float | None,
+    candidate: float | None,
+    *,
+    direction: str,
+    threshold: float,
+    floor: float = 0.0,
+    band: float = 0.5,
+    ci: tuple[float, float] | None = None,
+    spread: tuple[float, float] | None = None,
+) -> Judgement:
+    """Classify one comparison (rules in the module docstring); ``ci`` is the candidate
+    median's CI (rule 2a), ``spread`` the (min, max) of the history runs' values (rule 2b)."""
+    if baseline is None or candidate is None:
+        side = "candidate" if candidate is None else "baseline"
+        return Judgement("suspicious", None, None, f"no value in the {side}")
+    delta = candidate - baseline
+    change = relative(delta, baseline)
+    worse = -change if direction == "higher" else change
+    if abs(delta) <= floor:
+        return Judgement("ok", change, worse, f"|change| {abs(delta):.4g} <= floor {floor:g}")
+    if worse >= threshold:
+        if ci is not None:
+            low, high = ci
+            outside = high < baseline if direction == "higher" else low > baseline
+            if not outside:
+                return Judgement(
+                    "suspicious",
+                    change,
+                    worse,
+                    f"worse by {_pct(worse)} >= {_pct(threshold)}, but the CI "
+                    f"[{low:.4g}, {high:.4g}] includes the baseline {baseline:.4g}",
+                )
+        elif spread is not None:
+            worst = spread[0] if direction == "higher" else spread[1]
+            beyond = candidate < worst if direction == "higher" else candidate > worst
+            if not beyond:
+                return Judgement(
+                    "suspicious",
+                    change,
+                    worse,
+                    f"worse by {_pct(worse)} >= {_pct(threshold)}, but within the history's "
+                    f"range [{spread[0]:.4g}, {spread[1]:.4g}]",
+                )
+        return Judgement(
+            "regression", change, worse, f"worse by {_pct(worse)} >= {_pct(threshold)}"
+        )
+    if worse >= band * threshold:
+        return Judgement(
+            "suspicious",
+            change,
+            worse,
+            f"worse by {_pct(worse)}, within {band:g}x..1x of the {_pct(threshold)} threshold",
+        )
+    if -worse >= threshold:
+        return Judgement("improvement", change, worse, f"better by {_pct(-worse)}")
+    return Judgement("ok", change, worse, "within threshold")
+
+
+def _pct(value: float) -> str:
+    return "inf %" if math.isinf(value) else f"{100 * value:.1f} %"
+
+
+# --------------------------------------------------------------------------- verdict
+
+
+@dataclass
+class Row:
+    scope: str  # "point" or "curve"
+    point: str  # point label, or the curve metric's variant (e.g. "@20")
+    parallel: int | None
+    number: int | None
+    metric: str
+    direction: str
+    baseline: float | None
+    candidate: float | None
+    ci: tuple[float, float] | None
+    repeats: int
+    change: float | None
+    threshold: float
+    floor: float
+    cls: str
+    reason: str
+
+
+@dataclass
+class Verdict:
+    candidate: str
+    candidate_source: str
+    baseline: str  # run name, or "history KEY (runs a, b, c)"
+    baseline_runs: list[str]
+    policy: str
+    rows: list[Row]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        worst = max((_SEVERITY[r.cls] for r in self.rows), default=0)
+        return CLASSES[worst]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.status == "regression" else 0
+
+    def flagged(self, cls: str) -> list[Row]:
+        return [r for r in self.rows if r.cls == cls]
+
+    def regressed_metrics(self) -> list[str]:
+        return sorted({r.metric for r in self.flagged("regression")})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": "repro.verdict/1",
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "candidate": self.candidate,
+            "candidate_source": self.candidate_source,
+            "baseline": self.baseline,
+            "baseline_runs": self.baseline_runs,
+            "policy": self.policy,
+            "regressed_metrics": self.regressed_metrics(),
+            "notes": self.notes,
+            "rows": [_json_safe(asdict(r)) for r in self.rows],
+        }
+
+
+def _json_safe(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()
+    }
+
+
+def check_comparable(candidate: RunView, baselines: Sequence[RunView]) -> list[str]:
+    """Raise IncomparableError for invalid or incomparable inputs; return informative notes."""
+    problems: list[str] = []
+    notes: list[str] = []
+    if candidate.status not in ("complete", "partial"):
+        problems.append(f"candidate {candidate.name} has status {candidate.status!r}")
+    for base in baselines:
+        if base.workload != candidate.workload:
+            diffs = [
+                f"{k}: {base.workload.get(k)!r} (baseline) vs {candidate.workload.get(k)!r}"
+                for k in candidate.workload
+                if base.workload.get(k) != candidate.workload.get(k)
+            ]
+            problems.append(
+                f"different workload between {base.name} and {candidate.name}: " + "; ".join(diffs)
+            )
+            continue
+        missing = sorted(set(base.points) - set(candidate.points))
+        extra = sorted(set(candidate.points) - set(base.points))
+        if missing:
+            labels = ", ".join(base.points[k].label for k in missing)
+            problems.append(f"candidate {candidate.name} lacks points {labels} of {base.name}")
+        if extra:
+            labels = ", ".join(candidate.points[k].label for k in extra)
+            problems.append(f"baseline {base.name} lacks points {labels} of {candidate.name}")
+        if base.profile_name != candidate.profile_name:
+            notes.append(f"profiles differ: {base.profile_name} vs {candidate.profile_name}")
+        if base.workload_key != candidate.workload_key:
+            notes.append(
+                f"workload_key differs from {base.name} (serve flags or build differ; "
+                "the client workload is the same)"
+            )
+    for run in (candidate, *baselines):
+        for pv in run.points.values():
+            for reason in pv.invalid:
+                problems.append(f"{run.name} point {pv.label} is invalid ({reason})")
+            if not pv.invalid and not pv.repeats:
+                problems.append(f"{run.name} point {pv.label} has no finished repeat")
+    if candidate.overrides:
+        notes.append("candidate overrides: " + " ".join(candidate.overrides))
+    if problems:
+        raise IncomparableError("; ".join(dict.fromkeys(problems)))
+    return list(dict.fromkeys(notes))
+
+
+def evaluate(
+    candidate: RunView,
+    baselines: Sequence[RunView],
+    policy: Policy,
+    *,
+    baseline_label: str | None = None,
+    median_ci: Callable[..., tuple[float, float, float]] | None = None,
+) -> Verdict:
+    """Judge ``candidate`` against one baseline run, or the median of several (history)."""
+    if not baselines:
+        raise IncomparableError("no baseline run to compare with")
+    notes = check_comparable(candidate, baselines)
+    if median_ci is None:
+        from harness.analysis.stats import median_ci  # SWEEP's CI method, shared with the summaries
+    rows: list[Row] = []
+    keys = sorted(candidate.points)
+    for metric, rule in policy.metrics.items():
+        direction = policy.direction(metric)
+        for key in keys:
+            cand = candidate.points[key]
+            if rule.points is not None and cand.label not in rule.points:
+                continue
+            row = _point_row(
+                metric, rule, direction, cand, [b.points[key] for b in baselines], policy, median_ci
+            )
+            if row is not None:
+                rows.append(row)
+    rows.extend(_curve_rows(candidate, baselines, policy, median_ci))
+    names = [b.name for b in baselines]
+    return Verdict(
+        candidate=candidate.name,
+        candidate_source=candidate.source,
+        baseline=baseline_label or (names[0] if len(names) == 1 else ", ".join(names)),
+        baseline_runs=names,
+        policy=str(policy.source) if policy.source else "(inline)",
+        rows=rows,
+        notes=notes,
+    )
+
+
+MIN_HISTORY_FOR_SPREAD = 3
+
+
+def reduce_side(
+    cand_values: Sequence[float],
+    base_values: Sequence[float],
+    confidence: float,
+    median_ci: Callable[..., tuple[float, float, float]],
+) -> tuple[float | None, float | None, tuple[float, float] | None, tuple[float, float] | None]:
+    """(baseline, candidate, candidate CI, history spread) from raw per-repeat / per-run values."""
+    base = statistics.median(base_values) if base_values else None
+    cand = statistics.median(cand_values) if cand_values else None
+    ci = None
+    if len(cand_values) >= 2:
+        _, low, high = median_ci(list(cand_values), confidence)
+        ci = (low, high)
+    spread = None
+    if ci is None and len(base_values) >= MIN_HISTORY_FOR_SPREAD:
+        spread = (min(base_values), max(base_values))
+    return base, cand, ci, spread
+
+
+def _point_row(
+    metric: str,
+    rule: MetricRule,
+    direction: str,
+    cand: PointValues,
+    bases: Sequence[PointValues],
+    policy: Policy,
+    median_ci: Callable[..., tuple[float, float, float]],
+) -> Row | None:
+    base_values = [v for v in (p.median(metric) for p in bases) if v is not None]
+    values = cand.values(metric)
+    base_value, cand_value, ci, spread = reduce_side(
+        values, base_values, policy.confidence, median_ci
+    )
+    if base_value is None and cand_value is None:
+        return None  # not measurable on this arm (e.g. acceptance length without MTP)
+    judged = classify(
+        base_value,
+        cand_value,
+        direction=direction,
+        threshold=rule.threshold,
+        floor=rule.floor,
+        band=policy.band(rule),
+        ci=ci,
+        spread=spread,
+    )
+    return Row(
+        "point",
+        cand.label,
+        cand.parallel,
+        cand.number,
+        metric,
+        direction,
+        base_value,
+        cand_value,
+        ci,
+        len(values),
+        judged.change,
+        rule.threshold,
+        rule.floor,
+        judged.cls,
+        judged.reason,
+    )
+
+
+def _curves_per_repeat(view: RunView) -> list[list[tuple[float, float]]]:
+    """One (interactivity, throughput) curve per repeat index present at every point."""
+    counts = [len(pv.repeats) for pv in view.points.values()]
+    if not counts:
+        return []
+    curves_out = []
+    for r in range(min(counts)):
+        pts = []
+        for pv in view.points.values():
+            x = pv.repeats[r].get("interactivity")
+            y = pv.repeats[r].get("throughput_per_gpu")
+            if x is not None and y is not None:
+                pts.append((float(x), float(y)))
+        curves_out.append(pts)
+    return curves_out
+
+
+def _median_curve(view: RunView) -> list[tuple[float, float]]:
+    out = []
+    for pv in view.points.values():
+        x, y = pv.median("interactivity"), pv.median("throughput_per_gpu")
+        if x is not None and y is not None:
+            out.append((x, y))
+    return out
+
+
+def _curve_rows(
+    candidate: RunView,
+    baselines: Sequence[RunView],
+    policy: Policy,
+    median_ci: Callable[..., tuple[float, float, float]],
+) -> list[Row]:
+    rows: list[Row] = []
+    cand_curves = _curves_per_repeat(candidate)
+    base_curves = [_median_curve(b) for b in baselines]
+
+    def add(metric: str, variant: str, rule: CurveRule, fn: Callable[[list], float | None]) -> None:
+        cand_values = [v for v in (fn(c) for c in cand_curves) if v is not None]
+        base_values = [v for v in (fn(c) for c in base_curves) if v is not None]
+        base_value, cand_value, ci, spread = reduce_side(
+            cand_values, base_values, policy.confidence, median_ci
+        )
+        if base_value is None and cand_value is None:
+            return
+        judged = classify(
+            base_value,
+            cand_value,
+            direction="higher",
+            threshold=rule.threshold,
+            floor=rule.floor,
+            band=policy.band(rule),
+            ci=ci,
+            spread=spread,
+        )
+        rows.append(
+            Row(
+                "curve",
+                variant,
+                None,
+                None,
+                metric,
+                "higher",
+                base_value,
+                cand_value,
+                ci,
+                len(cand_values),
+                judged.change,
+                rule.threshold,
+                rule.floor,
+                judged.cls,
+                judged.reason,
+            )
+        )
+
+    auc_rule = policy.curves.get("frontier_auc")
+    if auc_rule is not None:
+        add("frontier_auc", "frontier", auc_rule, curves.frontier_auc)
+    at_rule = policy.curves.get("throughput_at_interactivity")
+    if at_rule is not None:
+        for x in at_rule.at:
+            add(
+                "throughput_at_interactivity",
+                f"@{x:g}",
+                at_rule,
+                lambda pts, x=x: curves.throughput_at(pts, x),
+            )
+    return rows
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.4g}"
+
+
+def _change(row: Row) -> str:
+    if row.change is None:
+        return "-"
+    return "inf" if math.isinf(row.change) else f"{100 * row.change:+.1f}%"
+
+
+_HEADER = ("point", "metric", "baseline", "candidate", "CI", "change", "threshold", "class")
+
+
+def _cells(row: Row) -> tuple[str, ...]:
+    ci = f"[{_fmt(row.ci[0])}, {_fmt(row.ci[1])}]" if row.ci else "-"
+    return (
+        row.point,
+        row.metric,
+        _fmt(row.baseline),
+        _fmt(row.candidate),
+        ci,
+        _change(row),
+        f"{100 * row.threshold:.0f}%/{row.floor:g}",
+        row.cls,
+    )
+
+
+def render_table(verdict: Verdict, *, all_rows: bool = True) -> str:
+    rows = verdict.rows if all_rows else [r for r in verdict.rows if r.cls != "ok"]
+    cells = [_HEADER, *(_cells(r) for r in rows)]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(_HEADER))]
+    lines = [
+        f"candidate {verdict.candidate}  vs  baseline {verdict.baseline}",
+        f"policy {verdict.policy}",
+    ]
+    lines += [f"note: {n}" for n in verdict.notes]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(_HEADER, widths, strict=True)))
+    for c in cells[1:]:
+        lines.append("  ".join(v.ljust(w) for v, w in zip(c, widths, strict=True)))
+    lines.append(_status_line(verdict))
+    return "\n".join(lines)
+
+
+def _status_line(verdict: Verdict) -> str:
+    counts = {c: len(verdict.flagged(c)) for c in CLASSES}
+    text = f"verdict: {verdict.status.upper()} ({', '.join(f'{v} {k}' for k, v in counts.items())})"
+    if verdict.status == "regression":
+        text += "; regressed: " + ", ".join(verdict.regressed_metrics())
+    return text
+
+
+def render_markdown(verdict: Verdict, *, title: str | None = None) -> str:
+    icon = {"ok": "✅", "improvement": "🟢", "suspicious": "🟡", "regression": "🔴"}
+    lines = [
+        f"### {title or 'Regression verdict'}: {icon[verdict.status]} {verdict.status}",
+        "",
+        f"- candidate: `{verdict.candidate}`",
+        f"- baseline: `{verdict.baseline}`",
+        f"- policy: `{verdict.policy}`",
+    ]
+    lines += [f"- note: {n}" for n in verdict.notes]
+    if verdict.status == "regression":
+        lines.append(f"- regressed metrics: {', '.join(verdict.regressed_metrics())}")
+    lines += ["", "| " + " | ".join(_HEADER) + " | reason |", "|" + "---|" * (len(_HEADER) + 1)]
+    order = sorted(verdict.rows, key=lambda r: -_SEVERITY[r.cls])
+    for row in order:
+        cells = list(_cells(row))
+        cells[-1] = f"{icon[row.cls]} {row.cls}"
+        reason = row.reason.replace("|", "\\|")  # a bare | would split the table cell
+        lines.append("| " + " | ".join(cells) + f" | {reason} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_json(verdict: Verdict) -> str:
+    return json.dumps(verdict.to_dict(), indent=2)
+
+
+def describe_metric(metric: str) -> str:
+    spec = METRICS.get(metric)
+    return f"{spec.label} ({spec.unit})" if spec else metric
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def choose_policy(candidate: Run, policy_path: Path | str | None) -> Policy:
+    from harness.gate.policy import default_policy_path, load_policy
+
+    if policy_path is not None:
+        return load_policy(policy_path)
+    gpus = (candidate.manifest.profile or {}).get("gpus", candidate.manifest.gpus)
+    return load_policy(default_policy_path(int(gpus or 0)))
+
+
+def regress(
+    candidate_dir: Path | str,
+    *,
+    baseline_dir: Path | str | None = None,
+    history_key: str | None = None,
+    policy_path: Path | str | None = None,
+    history_path: Path | str | None = None,
+) -> Verdict:
+    """`repro regress`: against a baseline run, or the history (``history_key`` or, if neither
+    is given, the candidate's own key: ``auto``)."""
+    from harness.results import load_run
+
+    candidate = load_run(candidate_dir)
+    policy = choose_policy(candidate, policy_path)
+    cand_view = view_from_run(candidate)
+    if baseline_dir is not None:
+        if history_key is not None:
+            raise ReproError("give --baseline or --history, not both")
+        base_view = view_from_run(load_run(baseline_dir))
+        return evaluate(cand_view, [base_view], policy)
+    from harness.gate.history import History
+    from harness.gate.history import history_key as key_of
+
+    history = History.open(history_path)
+    key = key_of(candidate.manifest.model_dump(mode="json"))
+    if history_key not in (None, "auto"):
+        key = history_key
+    entries = history.baseline(key, policy.baseline_runs, exclude_run_dir=candidate.root)
+    if not entries:
+        raise IncomparableError(
+            f"{history.path}: no accepted run with key {key!r} to compare with "
+            "(record one with `repro history accept RUN`)"
+        )
+    label = f"history {key} (median of {len(entries)} accepted run(s))"
+    return evaluate(cand_view, [e.view() for e in entries], policy, baseline_label=label)

@@ -1,0 +1,204 @@
+"""What a sweep prints: the plan, live progress, one line per point, the summary table, and
+`repro runs list|show`."""
+
+from __future__ import annotations
+
+import math
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.client.evalscope import ClientArgs, client_command
+from harness.errors import ReproError, RunError
+from harness.paths import results_dir
+from harness.results import PointRecord, load_run, read_manifest
+from harness.run.inputs import DatasetFacts
+from harness.run.owner import owner_state
+from harness.run.plan import PlannedPoint
+from harness.serve.profiles import Profile
+
+Echo = Callable[[str], None]
+
+
+def fmt(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.2f}"
+
+
+def format_ranges(values: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    parts: list[str] = []
+    start = prev = None
+    for v in [*values, None]:
+        if start is not None and (v is None or v != prev + 1):
+            parts.append(f"{start}-{prev}" if start != prev else str(start))
+            start = None
+        if v is not None and start is None:
+            start = v
+        prev = v
+    return ", ".join(parts)
+
+
+class Progress:
+    """One live line per point on a TTY; quiet periodic log lines otherwise."""
+
+    def __init__(self, echo: Echo, *, log_every_s: float = 30.0) -> None:
+        self.echo = echo
+        self.tty = sys.stdout.isatty()
+        self.log_every_s = log_every_s
+        self._last_log = 0.0
+
+    def update(
+        self, label: str, elapsed: float, done: tuple[int, int] | None, running: float | None
+    ) -> None:
+        conv = f"{done[0]}/{done[1]} conv" if done else "-/- conv"
+        run = f"{running:.0f}" if running is not None else "-"
+        line = f"  {label}: {elapsed:6.0f}s  {conv}  running {run}"
+        if self.tty:
+            sys.stdout.write("\r" + line.ljust(70))
+            sys.stdout.flush()
+        elif elapsed - self._last_log >= self.log_every_s:
+            self._last_log = elapsed
+            self.echo(line)
+
+    def done(self) -> None:
+        if self.tty:
+            sys.stdout.write("\r" + " " * 70 + "\r")
+            sys.stdout.flush()
+        self._last_log = 0.0
+
+
+def point_line(record: PointRecord) -> str:
+    m = record.metrics
+    state = "valid" if record.valid else "INVALID: " + "; ".join(record.invalid_reasons)
+    return (
+        f"  {record.point_id}: {state}; occupancy {fmt(m.get('occupancy'))}, "
+        f"interactivity {fmt(m.get('interactivity'))}, tput/GPU "
+        f"{fmt(m.get('throughput_per_gpu'))}, samples {record.samples}, "
+        f"gaps {record.scrape_gaps}"
+    ) + "".join(f"\n    note: {note}" for note in record.notes)
+
+
+def _quote(arg: str) -> str:
+    return f"'{arg}'" if any(ch in arg for ch in ' {}"') else arg
+
+
+def print_plan(
+    echo: Echo,
+    *,
+    profile: Profile,
+    planned: list[PlannedPoint],
+    ds: DatasetFacts,
+    turns: int,
+    args: ClientArgs,
+    serve_cmd: list[str] | None,
+    url: str | None,
+    run_dir: Path,
+) -> None:
+    spec = profile.sweep
+    echo(f"plan for profile {profile.name} -> {run_dir}")
+    if url:
+        echo(f"server: attach to {url}")
+    else:
+        echo(f"server ({profile.build}): {shlex.join(serve_cmd or [])}")
+    ds_where = ds.path if ds.path else f"{ds.manifest.get('recipe')} (not built yet)"
+    echo(f"dataset: {ds_where}; {ds.num_conversations} conversations x {ds.num_turns} turns")
+    echo(
+        f"warm-up: {spec.warmup_requests} requests before each point; scrape every "
+        f"{spec.scrape_interval_s}s; timeout {spec.point_timeout_s:.0f}s per point"
+    )
+    seen: dict[int, str] = {}
+    for plan in planned:
+        reused = sorted({seen[c] for c in plan.conversations if c in seen})
+        extra = f"  reuses conversations of {', '.join(reused)}" if reused else ""
+        echo(
+            f"  {plan.point_id} ({plan.label}): offset {plan.dataset_offset}, "
+            f"{plan.number} conversations [{format_ranges(plan.conversations)}], "
+            f"{plan.number * turns} requests{extra}"
+        )
+        for c in plan.conversations:
+            seen.setdefault(c, plan.point_id)
+    if planned:
+        first = planned[0]
+        cmd = client_command(
+            args,
+            parallel=first.parallel,
+            number=first.number,
+            dataset_offset=first.dataset_offset,
+            name=first.point_id,
+            outputs_dir=run_dir / "points" / first.point_id / "evalscope",
+            executable="evalscope",
+        )
+        echo("client (first point): " + " ".join(_quote(c) for c in cmd))
+
+
+def summary_table(points: list[PointRecord]) -> str:
+    cols = [
+        ("point", 16),
+        ("valid", 7),
+        ("occupancy", 11),
+        ("interactivity", 15),
+        ("tput/GPU", 11),
+        ("TPOT ms", 10),
+        ("accept", 8),
+        ("preempt", 8),
+    ]
+    lines = ["".join(name.ljust(width) for name, width in cols)]
+
+    def cell(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}" if abs(value) < 1000 else f"{value:.0f}"
+
+    for p in sorted(points, key=lambda p: (p.repeat, p.parallel, p.number)):
+        m = p.metrics
+        cells = [
+            p.point_id,
+            "yes" if p.valid else "NO",
+            cell(m.get("occupancy")),
+            cell(m.get("interactivity")),
+            cell(m.get("throughput_per_gpu")),
+            cell(m.get("mean_tpot_ms")),
+            cell(m.get("mtp_acceptance_length")),
+            cell(m.get("preemptions")),
+        ]
+        lines.append("".join(c.ljust(w) for c, (_, w) in zip(cells, cols, strict=True)))
+    return "\n".join(lines)
+
+
+def list_runs(out: Path | None = None) -> list[str]:
+    root = Path(out or results_dir())
+    lines = [f"{'run':40} {'status':9} {'profile':20} {'valid/done/planned':19} workload"]
+    for manifest_path in sorted(root.glob("*/manifest.json")):
+        try:
+            run = load_run(manifest_path.parent)
+        except ReproError as exc:
+            lines.append(f"{manifest_path.parent.name:40} unreadable: {exc}")
+            continue
+        m = run.manifest
+        status = m.status
+        if status == "running" and owner_state(m.owner) == "dead":
+            status = "stale"  # its harness died without writing a final status
+        counts = f"{len(run.valid_points())}/{len(run.points)}/{len(m.planned_points)}"
+        lines.append(f"{m.run_id:40} {status:9} {m.profile_name:20} {counts:19} {m.workload_key}")
+    return lines
+
+
+def show_run(run: Path) -> str:
+    path = Path(run)
+    if not path.is_dir():
+        path = results_dir() / str(run)
+    if not path.is_dir():
+        raise RunError(f"{run}: no such run directory (nor under {results_dir()})")
+    loaded = load_run(path)
+    m = read_manifest(path)
+    head = [
+        f"run {m.run_id}  status {m.status}  profile {m.profile_name}  engine {m.engine}",
+        (
+            f"dataset sha256 {m.dataset.get('sha256')}  workload {m.workload_key}  "
+            f"client {m.client.get('name')} {m.client.get('version')}"
+        ),
+    ]
+    if m.overrides:
+        head.append("overrides: " + " ".join(m.overrides))
+    return "\n".join(head + [summary_table(loaded.points)])

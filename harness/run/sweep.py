@@ -1,0 +1,536 @@
+"""The sweep: resolve (new or resume) -> dataset -> plan -> server -> one point at a time -> finish.
+
+Each point is one EvalScope process (`harness.run.point`); `point.json` is written last and
+`summary.json`/`summary.csv` after every point, so a crash loses at most the point in progress
+and `--resume` continues from the first unfinished one. Nothing is written before every check
+that can fail early has passed (run id, `--url`, port, GPUs, dataset, a resumable run).
+The runner writes results only; the CLI writes the report after it.
+
+Configuration key (`workload_key` in the manifest; see results/README.md): sha256 of the
+canonical JSON of {dataset sha256, sweep points, dataset_offset, max_tokens, multi_turn,
+max_turns, ignore_eos, extra_args, profile model, serve block without host/port, build name,
+gpus}.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import click
+
+from harness import __version__
+from harness.analysis.stats import median_ci
+from harness.client.evalscope import (
+    ClientArgs,
+    client_command,
+    client_version,
+    evalscope_executable,
+)
+from harness.errors import ConfigError, ReproError, RunError, ServerError
+from harness.paths import results_dir
+from harness.results import (
+    METRICS,
+    PointRecord,
+    RunLayout,
+    RunManifest,
+    atomic_write_json,
+    atomic_write_text,
+    point_id,
+    read_manifest,
+    read_point,
+    rows_to_csv,
+    write_summary,
+)
+from harness.run.console import Progress, point_line, print_plan, summary_table
+from harness.run.engine import Server, check_before_run, engine_name, start_server
+from harness.run.inputs import (
+    DatasetFacts,
+    effective_turns,
+    inspect_dataset,
+    subsequent_turn_length,
+)
+from harness.run.owner import group_alive, owner_state, stop_orphaned_group, this_owner
+from harness.run.plan import PlannedPoint, plan_points
+from harness.run.point import alive, run_point
+from harness.serve.profiles import Profile, load_profile, render_serve_command
+from harness.serve.provenance import host_facts
+
+Echo = Callable[[str], None]
+# One safe path component: no separators, no leading dot, no shell or HTML metacharacters.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """Everything `repro sweep` was asked to do (`profile` is a name, a YAML path or a Profile)."""
+
+    profile: str | Profile | None = None
+    overrides: Sequence[str] = ()
+    dataset: str | None = None
+    url: str | None = None
+    out: Path | None = None
+    run_id: str | None = None
+    resume: Path | None = None
+    dry_run: bool = False
+    fail_fast: bool = False
+    repeats: int = 1
+    only_points: Sequence[str] | None = None
+    port: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.run_id is not None and not RUN_ID.fullmatch(self.run_id):
+            raise ConfigError(
+                f"--run-id {self.run_id!r}: a run id is one path component of letters, digits "
+                "and . _ + - (not starting with . or -), at most 128 characters"
+            )
+        if self.repeats < 1:
+            raise ConfigError(f"--repeats must be >= 1, got {self.repeats}")
+
+
+@dataclass
+class Target:
+    """A request resolved against the file system: what will run, where."""
+
+    profile: Profile
+    overrides: list[str]
+    url: str | None
+    port: int | None
+    repeats: int
+    dataset_spec: str
+    run_dir: Path
+    explicit_id: bool = False  # --run-id given: never add a suffix
+    manifest: RunManifest | None = None  # set when resuming
+    stale_server_pgid: int | None = None
+
+
+@dataclass
+class Sweep:
+    """A run in progress."""
+
+    target: Target
+    layout: RunLayout
+    manifest: RunManifest
+    ds: DatasetFacts
+    turns: int
+    planned: list[PlannedPoint]
+    finished: dict[str, PointRecord] = field(default_factory=dict)
+
+
+def workload_key(*, dataset_sha256: str, sweep: dict[str, Any], profile: dict[str, Any]) -> str:
+    serve = {k: v for k, v in (profile.get("serve") or {}).items() if k not in ("host", "port")}
+    material = {
+        "dataset_sha256": dataset_sha256,
+        "points": [list(p) for p in sweep.get("points", [])],
+        "dataset_offset": sweep.get("dataset_offset"),
+        "max_tokens": sweep.get("max_tokens"),
+        "multi_turn": sweep.get("multi_turn"),
+        "max_turns": sweep.get("max_turns"),
+        "ignore_eos": sweep.get("ignore_eos"),
+        "extra_args": sweep.get("extra_args") or {},
+        "model": profile.get("model"),
+        "serve": serve,
+        "build": profile.get("build"),
+        "gpus": max(int(profile.get("gpus") or 0), 1),
+    }
+    blob = json.dumps(material, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- resolve
+
+
+def finished_points(layout: RunLayout) -> dict[str, PointRecord]:
+    """Every finished point of a run; a corrupt point.json is an error naming the file."""
+    done = {}
+    for path in sorted(layout.points_dir.glob("*/point.json")):
+        record = read_point(path)
+        done[record.point_id] = record
+    return done
+
+
+def _load_profile(profile: str | Profile, overrides: Sequence[str]) -> Profile:
+    if isinstance(profile, Profile):
+        return load_profile(str(profile.source), overrides) if overrides else profile
+    return load_profile(str(profile), overrides)
+
+
+def _resolve_resume(request: SweepRequest) -> Target:
+    """Check that RUN can resume, writing nothing: a refusal leaves the run as it was."""
+    run_dir = Path(request.resume)  # type: ignore[arg-type]
+    manifest = read_manifest(run_dir)
+    if manifest.status == "complete":
+        raise RunError(f"{run_dir}: run is complete; a finished run is never overwritten")
+    given = request.profile
+    given = getattr(given, "name", given)
+    if given is not None and manifest.profile_name not in (given, Path(str(given)).stem):
+        raise RunError(
+            f"{run_dir}: the run used profile {manifest.profile_name!r}, not "
+            f"{given!r}; --resume takes the run's own profile (omit --profile)"
+        )
+    state = owner_state(manifest.owner)
+    if manifest.status == "running" and state in ("alive", "elsewhere"):
+        where = manifest.owner.get("host")
+        raise RunError(
+            f"{run_dir}: still being run by pid {manifest.owner.get('pid')} on {where}; "
+            "stop it first (Ctrl-C or kill), then --resume"
+        )
+    finished_points(RunLayout(run_dir))  # every finished point must be readable
+    url = manifest.base_url if manifest.engine == "url" else None
+    port = request.port
+    if url is None and port is None:  # relaunch where the run's server was
+        port = urlparse(manifest.base_url).port
+    pgid = manifest.owner.get("server_pgid") if manifest.status == "running" else None
+    return Target(
+        profile=Profile.model_validate(manifest.profile),
+        overrides=list(manifest.overrides),
+        url=url,
+        port=port,
+        repeats=manifest.repeats,
+        dataset_spec=str(manifest.dataset.get("path")),
+        run_dir=run_dir,
+        manifest=manifest,
+        stale_server_pgid=int(pgid) if pgid and group_alive(int(pgid)) else None,
+    )
+
+
+def resolve(request: SweepRequest) -> Target:
+    if request.resume is not None:
+        return _resolve_resume(request)
+    if request.profile is None:
+        raise ConfigError("a sweep needs --profile (or --resume RUN_DIR)")
+    prof = _load_profile(request.profile, request.overrides)
+    rid = request.run_id or f"{prof.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    run_dir = Path(request.out or results_dir()) / rid
+    if request.run_id and run_dir.exists() and not request.dry_run:
+        raise RunError(
+            f"{run_dir}: already exists; a run is never overwritten "
+            "(use --resume to continue it, or another --run-id)"
+        )
+    return Target(
+        profile=prof,
+        overrides=list(request.overrides),
+        url=request.url,
+        port=request.port,
+        repeats=request.repeats,
+        dataset_spec=str(request.dataset or prof.sweep.dataset),
+        run_dir=run_dir,
+        explicit_id=bool(request.run_id),
+    )
+
+
+def _create_run_dir(run_dir: Path, *, explicit: bool) -> Path:
+    """Create the run directory; a default id taken in the same second gets a suffix."""
+    for n in range(1, 100):
+        candidate = run_dir if n == 1 else run_dir.with_name(f"{run_dir.name}-{n}")
+        try:
+            candidate.mkdir(parents=True, exist_ok=False)
+            return candidate
+        except FileExistsError:
+            if explicit:
+                raise RunError(f"{candidate}: already exists; a run is never overwritten") from None
+        except OSError as exc:
+            raise RunError(f"cannot create run directory {candidate}: {exc.strerror}") from None
+    raise RunError(f"{run_dir}: 99 runs with this id already exist")
+
+
+# --------------------------------------------------------------------------- open the run
+
+
+def _client_args(target: Target, ds: DatasetFacts, model: str, base_url: str) -> ClientArgs:
+    spec = target.profile.sweep
+    extra = {"ignore_eos": True} if spec.ignore_eos else {}
+    extra.update(spec.extra_args)
+    return ClientArgs(
+        model=model,
+        base_url=base_url,
+        dataset_path=ds.path or Path("<dataset>"),
+        max_tokens=spec.max_tokens,
+        multi_turn=spec.multi_turn,
+        max_turns=spec.max_turns,
+        extra_args=extra,
+    )
+
+
+def _new_manifest(target: Target, ds: DatasetFacts, planned: list[PlannedPoint]) -> RunManifest:
+    prof = target.profile
+    profile_dump = prof.model_dump(mode="json")
+    sweep_dump = prof.sweep.model_dump(mode="json")
+    return RunManifest(
+        run_id=target.run_dir.name,
+        status="running",
+        created_at=time.time(),
+        harness_version=__version__,
+        engine=engine_name(target.url),  # type: ignore[arg-type]
+        base_url=target.url or f"http://{prof.host}:{target.port or prof.port}",
+        profile_name=prof.name,
+        profile=profile_dump,
+        overrides=target.overrides,
+        gpus=max(int(prof.gpus), 1),
+        dataset=ds.record(target.dataset_spec),
+        workload_key=workload_key(
+            dataset_sha256=ds.sha256 or "", sweep=sweep_dump, profile=profile_dump
+        ),
+        client={
+            "name": "evalscope",
+            "version": client_version(),
+            "executable": str(evalscope_executable()),
+        },
+        host=host_facts(),
+        sweep=sweep_dump,
+        planned_points=[p.point_id for p in planned],
+        repeats=target.repeats,
+        owner=this_owner(),
+    )
+
+
+def open_run(target: Target, ds: DatasetFacts, planned: list[PlannedPoint], echo: Echo) -> Sweep:
+    """Create (or reopen) the run directory and write the manifest: the first write of a run."""
+    manifest = target.manifest
+    if manifest is None:
+        target.run_dir = _create_run_dir(target.run_dir, explicit=target.explicit_id)
+        manifest = _new_manifest(target, ds, planned)
+    else:
+        if target.stale_server_pgid:
+            echo(f"stopping the server group {target.stale_server_pgid} a dead sweep left running")
+            if not stop_orphaned_group(target.stale_server_pgid):
+                raise RunError(
+                    f"{target.run_dir}: server process group {target.stale_server_pgid} left by a "
+                    "dead sweep does not stop; kill it, then --resume"
+                )
+        manifest.status = "running"
+        manifest.owner = this_owner()
+        manifest.notes.append(f"resumed at {time.time():.0f}")
+    layout = RunLayout(target.run_dir)
+    atomic_write_json(layout.manifest, manifest)
+    turns = effective_turns(ds.num_turns, target.profile.sweep.max_turns)
+    return Sweep(target, layout, manifest, ds, turns, planned, finished_points(layout))
+
+
+# --------------------------------------------------------------------------- run
+
+
+def repeat_aggregates(points: list[PointRecord]) -> list[dict[str, Any]]:
+    """Per (parallel, number): median and CI of every metric over the valid repeats."""
+    groups: dict[tuple[int, int], list[PointRecord]] = {}
+    for p in points:
+        groups.setdefault((p.parallel, p.number), []).append(p)
+    rows = []
+    for (parallel, number), members in sorted(groups.items()):
+        valid = [p for p in members if p.valid]
+        row: dict[str, Any] = {
+            "point": point_id(parallel, number, 0)[:-3],
+            "label": members[0].label,
+            "parallel": parallel,
+            "number": number,
+            "repeats": len(members),
+            "valid_repeats": len(valid),
+        }
+        for key in METRICS:
+            values = [p.metrics[key] for p in valid if p.metrics.get(key) is not None]
+            if values:
+                med, low, high = median_ci(values)
+                row[key], row[f"{key}_ci_low"], row[f"{key}_ci_high"] = med, low, high
+            else:
+                row[key] = row[f"{key}_ci_low"] = row[f"{key}_ci_high"] = None
+        rows.append(row)
+    return rows
+
+
+def write_run_summary(
+    layout: RunLayout, run_id: str, points: list[PointRecord], repeats: int
+) -> None:
+    summary = write_summary(layout, run_id, points)
+    if repeats > 1:
+        aggregates = repeat_aggregates(points)
+        summary.aggregates = aggregates
+        atomic_write_json(layout.summary_json, summary)
+        atomic_write_text(layout.root / "summary_repeats.csv", rows_to_csv(aggregates))
+
+
+def _set_aside_unfinished(layout: RunLayout, pid: str) -> None:
+    """A point dir without point.json is a half-run attempt: keep it, out of the way."""
+    pdir = layout.point_dir(pid)
+    if pdir.exists() and not (pdir / "point.json").exists():
+        attempts = layout.root / "attempts"
+        attempts.mkdir(exist_ok=True)
+        n = len(list(attempts.glob(f"{pid}-*")))
+        pdir.rename(attempts / f"{pid}-{n}")
+
+
+def _record_server(sweep: Sweep, server: Server, args: ClientArgs) -> None:
+    manifest, url = sweep.manifest, sweep.target.url
+    manifest.base_url = server.base_url
+    manifest.launch = server.provenance()
+    if not url:
+        manifest.serve_command = list(server.command)
+        launch = manifest.launch
+        manifest.build = launch.get("build") if isinstance(launch, dict) else None
+        pid = getattr(server, "pid", None)
+        if pid:  # the server runs in its own session: its pid is its process group
+            manifest.owner["server_pgid"] = pid
+    manifest.client["command_template"] = client_command(
+        args,
+        parallel="<parallel>",  # type: ignore[arg-type]
+        number="<number>",  # type: ignore[arg-type]
+        dataset_offset="<offset>",  # type: ignore[arg-type]
+        name="<point>",
+        outputs_dir=Path("<point dir>/evalscope"),
+        executable="evalscope",
+    )
+    atomic_write_json(sweep.layout.manifest, manifest)
+
+
+def _run_points(
+    sweep: Sweep, server: Server, args: ClientArgs, fail_fast: bool, echo: Echo
+) -> bool:
+    """Run every unfinished point; False when --fail-fast stopped at an invalid one."""
+    target, layout, spec = sweep.target, sweep.layout, sweep.target.profile.sweep
+    expected_turn = subsequent_turn_length(sweep.ds.manifest)
+    points = list(sweep.finished.values())
+    todo = [p for p in sweep.planned if p.point_id not in sweep.finished]
+    progress = Progress(echo)
+    for index, plan in enumerate(todo):
+        if index:
+            time.sleep(spec.sleep_between_points_s)
+        if not alive(server):
+            if target.url:
+                raise ServerError(f"{target.url}: server not reachable before {plan.point_id}")
+            echo(f"server not alive before {plan.point_id}: restarting")
+            server.restart()
+        _set_aside_unfinished(layout, plan.point_id)
+        echo(
+            f"{plan.point_id} ({plan.label}): offset {plan.dataset_offset}, "
+            f"{plan.number} conversations x {sweep.turns} turns"
+        )
+        record = run_point(
+            plan,
+            layout=layout,
+            server=server,
+            args=args,
+            turns=sweep.turns,
+            spec=spec,
+            gpus=sweep.manifest.gpus,
+            progress=progress,
+            expected_turn_tokens=expected_turn,
+        )
+        if not alive(server) and not target.url:
+            echo(f"  server died during {plan.point_id}: restarting")
+            record.notes.append("server restarted after this point")
+            if not fail_fast:
+                server.restart()
+        atomic_write_json(layout.point_json(plan.point_id), record)
+        points.append(record)
+        write_run_summary(layout, sweep.manifest.run_id, points, target.repeats)
+        echo(point_line(record))
+        if fail_fast and not record.valid:
+            return False
+    return True
+
+
+def _drive(sweep: Sweep, fail_fast: bool, echo: Echo) -> None:
+    """Start the server, run the points, and always stop the server and write the final status."""
+    target, layout, manifest = sweep.target, sweep.layout, sweep.manifest
+    echo(
+        f"run {manifest.run_id}: {len(sweep.planned)} points ({len(sweep.finished)} already "
+        f"finished) -> {target.run_dir}"
+    )
+    server: Server | None = None
+    status = "failed"
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        server = start_server(
+            target.profile, log_path=layout.server_log, url=target.url, echo=echo, port=target.port
+        )
+        model = getattr(server, "served_model_name", None) or target.profile.served_model_name
+        args = _client_args(target, sweep.ds, model, server.base_url)
+        _record_server(sweep, server, args)
+        status = "complete" if _run_points(sweep, server, args, fail_fast, echo) else "failed"
+    except KeyboardInterrupt:
+        status = "partial"
+        echo("interrupted: stopping the client and the server; finished points are kept")
+        raise
+    except ReproError:
+        status = "partial" if finished_points(layout) else "failed"
+        raise
+    finally:
+        if server is not None and not target.url:
+            try:
+                server.stop()
+            except Exception as exc:  # noqa: BLE001 - the final status must still be written
+                echo(f"warning: stopping the server failed: {exc}")
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        manifest.status = status  # type: ignore[assignment]
+        manifest.finished_at = time.time()
+        atomic_write_json(layout.manifest, manifest)
+
+
+def _dry_run(target: Target, ds: DatasetFacts, planned: list[PlannedPoint], echo: Echo) -> Path:
+    prof = target.profile
+    serve_cmd = None if target.url else render_serve_command(prof, port=target.port)
+    base = target.url or f"http://{prof.host}:{target.port or prof.port}"
+    base = base.rstrip("/").removesuffix("/v1")
+    print_plan(
+        echo,
+        profile=prof,
+        planned=planned,
+        ds=ds,
+        turns=effective_turns(ds.num_turns, prof.sweep.max_turns),
+        args=_client_args(target, ds, prof.served_model_name, base),
+        serve_cmd=serve_cmd,
+        url=target.url,
+        run_dir=target.run_dir,
+    )
+    echo("dry run: nothing written")
+    return target.run_dir
+
+
+def run_sweep(request: SweepRequest, *, echo: Echo = click.echo) -> Path:
+    """Run (or plan, or resume) a sweep; returns the run directory.
+
+    `request.port` (engine vllm only) overrides the profile's port for this run; it does not
+    enter the configuration key.
+    """
+    target = resolve(request)
+    if not request.dry_run:
+        check_before_run(target.profile, url=target.url, port=target.port)
+    ds = inspect_dataset(target.dataset_spec, build=not request.dry_run)
+    if target.manifest is not None and ds.sha256 != target.manifest.dataset.get("sha256"):
+        raise RunError(
+            f"{target.run_dir}: dataset {ds.path} has sha256 {ds.sha256}, the run used "
+            f"{target.manifest.dataset.get('sha256')}"
+        )
+    planned = plan_points(
+        [tuple(p) for p in target.profile.sweep.points],
+        dataset_offset=target.profile.sweep.dataset_offset,
+        num_conversations=ds.num_conversations,
+        repeats=target.repeats,
+        only=request.only_points,
+    )
+    if target.manifest is not None:
+        wanted = set(target.manifest.planned_points)
+        planned = [p for p in planned if p.point_id in wanted] or planned
+    if request.dry_run:
+        return _dry_run(target, ds, planned, echo)
+    sweep = open_run(target, ds, planned, echo)
+    _drive(sweep, request.fail_fast, echo)
+    all_points = list(finished_points(sweep.layout).values())
+    write_run_summary(sweep.layout, sweep.manifest.run_id, all_points, target.repeats)
+    echo(summary_table(all_points))
+    return target.run_dir

@@ -1,0 +1,357 @@
+"""Serve profiles: launch/profiles/*.yaml -> validated `Profile` -> exact `vllm serve` command.
+
+The `serve:` block uses vLLM's own config-file keys (long option names). Keys and value types
+are checked against the option table of the profile's build (harness/data/vllm_serve_options).
+`extends:` merges the parent (deep for serve/sweep/env); a child value of null removes the key.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+)
+
+from harness.errors import ConfigError
+from harness.paths import PROFILES_DIR
+from harness.serve.builds import get_build, serve_option_table
+
+DEEP_MERGED = ("serve", "sweep", "env")
+# Set by the harness from top-level profile fields, never inside `serve:`.
+RESERVED_SERVE_KEYS = {"model": "model", "host": "host", "port": "port", "config": None}
+
+
+class SweepSpec(BaseModel, extra="forbid"):
+    # (parallel, number): both >= 1; EvalScope turns 0 into sentinels that look like metrics
+    points: list[tuple[PositiveInt, PositiveInt]] = Field(
+        default=[(1, 4), (8, 16), (16, 32), (24, 48), (32, 64)], min_length=1
+    )
+    dataset: str = "openhands-glm53"
+    dataset_offset: NonNegativeInt = 52
+    max_tokens: PositiveInt = 220
+    ignore_eos: bool = True
+    multi_turn: bool = True
+    max_turns: PositiveInt | None = None
+    extra_args: dict[str, Any] = {}
+    scrape_interval_s: PositiveFloat = 30.0
+    point_timeout_s: PositiveFloat = 10800.0
+    sleep_between_points_s: NonNegativeFloat = 5.0
+    warmup_requests: NonNegativeInt = 2
+
+
+class Profile(BaseModel, extra="forbid"):
+    name: str
+    source: Path
+    description: str = ""
+    extends: str | None = None
+    build: str
+    model: str
+    gpus: int
+    host: str = "127.0.0.1"
+    port: int = 8000
+    ready_timeout_s: float
+    env: dict[str, str] = {}
+    serve: dict[str, Any]
+    sweep: SweepSpec = SweepSpec()
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus_non_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("must be >= 0")
+        return value
+
+    @field_validator("ready_timeout_s")
+    @classmethod
+    def _positive_timeout(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be > 0")
+        return value
+
+    @property
+    def served_model_name(self) -> str:
+        name = self.serve.get("served-model-name")
+        if isinstance(name, list):
+            return str(name[0])
+        return str(name) if name else self.model
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and merging
+
+
+def _profile_path(name_or_path: str, relative_to: Path | None = None) -> Path:
+    candidate = Path(name_or_path).expanduser()
+    if candidate.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        if (
+            not candidate.is_absolute()
+            and relative_to is not None
+            and (relative_to / candidate).exists()
+        ):
+            candidate = relative_to / candidate
+        return candidate
+    for folder in ([relative_to] if relative_to else []) + [PROFILES_DIR]:
+        path = folder / f"{name_or_path}.yaml"
+        if path.exists():
+            return path
+    return PROFILES_DIR / f"{name_or_path}.yaml"
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError as exc:
+        known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
+        raise ConfigError(f"{path}: profile not found (known profiles: {known})") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a profile must be a mapping of keys")
+    return data
+
+
+def merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    """Recursive dict merge; a child value of None removes the key."""
+    out = dict(parent)
+    for key, value in child.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _merge_profile(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    out = dict(parent)
+    for key, value in child.items():
+        if key in DEEP_MERGED and isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        elif value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def _resolve_raw(
+    path: Path, chain: tuple[Path, ...] = (), origins: dict[str, Path] | None = None
+) -> dict[str, Any]:
+    """The merged raw mapping; `origins` records which file set each (section.)key."""
+    origins = {} if origins is None else origins
+    path = path.resolve()
+    if path in chain:
+        cycle = " -> ".join(p.stem for p in (*chain, path))
+        raise ConfigError(f"{chain[-1]}: extends: cycle {cycle}")
+    raw = _read_yaml(path)
+    parent_name = raw.get("extends")
+    if parent_name is None:
+        _record_origins(raw, path, origins)
+        return raw
+    if not isinstance(parent_name, str):
+        raise ConfigError(f"{path}: extends: must be a profile name, got {parent_name!r}")
+    parent_path = _profile_path(parent_name, relative_to=path.parent)
+    if not parent_path.exists():
+        raise ConfigError(
+            f"{path}: extends: unknown parent profile {parent_name!r} (no {parent_path})"
+        )
+    parent = _resolve_raw(parent_path, (*chain, path), origins)
+    parent.pop("description", None)
+    _record_origins(raw, path, origins)
+    return _merge_profile(parent, raw)
+
+
+def _record_origins(raw: dict[str, Any], path: Path, origins: dict[str, Path]) -> None:
+    for key, value in raw.items():
+        origins[key] = path
+        if key in DEEP_MERGED and isinstance(value, dict):
+            for sub in value:
+                origins[f"{key}.{sub}"] = path
+
+
+def _parse_override(text: str) -> tuple[list[str], Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {text!r}: expected KEY=VALUE, e.g. serve.max-num-seqs=64")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {text!r}: VALUE is not valid YAML: {exc}") from exc
+    return key.strip().split(".", 1), parsed
+
+
+def _apply_override(raw: dict[str, Any], text: str) -> None:
+    parts, value = _parse_override(text)
+    if len(parts) == 2:
+        section, key = parts
+        if section not in DEEP_MERGED:
+            raise ConfigError(
+                f"override {text!r}: only serve.*, sweep.* and env.* take a "
+                f"sub-key, not {section!r}"
+            )
+        block = raw.setdefault(section, {})
+        if not isinstance(block, dict):
+            raise ConfigError(f"override {text!r}: {section} is not a mapping")
+        if value is None:
+            block.pop(key, None)
+        else:
+            block[key] = value
+    elif value is None:
+        raw.pop(parts[0], None)
+    else:
+        raw[parts[0]] = value
+
+
+def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
+    path = _profile_path(name_or_path)
+    if not path.exists():
+        known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
+        raise ConfigError(f"unknown profile {name_or_path!r} (no {path}; known: {known})")
+    origins: dict[str, Path] = {}
+    raw = _resolve_raw(path, origins=origins)
+    for text in overrides:
+        _apply_override(raw, text)
+    declared = raw.pop("name", None)
+    if declared is not None and declared != path.stem:
+        raise ConfigError(f"{path}: name: {declared!r} differs from the file name {path.stem!r}")
+
+    def where(loc: str) -> str:
+        for text in reversed(overrides):
+            key = text.partition("=")[0].strip()
+            if loc == key or loc.startswith(key + ".") or key.startswith(loc + "."):
+                return f"{path}: override {text!r}: {loc}"
+        parts = loc.split(".")
+        for n in range(len(parts), 0, -1):
+            if ".".join(parts[:n]) in origins:
+                return f"{origins['.'.join(parts[:n])]}: {loc}"
+        return f"{path}: {loc}"
+
+    try:
+        profile = Profile(name=path.stem, source=path, **raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        if err["type"] == "missing":
+            msg = "required key missing"
+        raise ConfigError(f"{where(loc)}: {msg}") from exc
+    except TypeError as exc:  # e.g. a duplicate `source` key
+        raise ConfigError(f"{path}: {exc}") from exc
+    try:
+        build = get_build(profile.build)
+    except ConfigError as exc:
+        raise ConfigError(f"{where('build')}: {exc}") from exc
+    table = serve_option_table(build)
+    for key, value in profile.serve.items():
+        problem = _check_serve_value(key, value, table)
+        if problem:
+            raise ConfigError(
+                f"{where('serve.' + key)}: {problem} (build {build.name}, "
+                f"vLLM options {build.serve_options})"
+            )
+    return profile
+
+
+def _check_serve_value(key: str, value: Any, table: dict[str, dict]) -> str | None:
+    if key in RESERVED_SERVE_KEYS:
+        top = RESERVED_SERVE_KEYS[key]
+        return (
+            f"set by the harness; use the top-level `{top}:` key"
+            if top
+            else "not allowed in a profile"
+        )
+    spec = table.get(key)
+    if spec is None:
+        if key.replace("_", "-") in table:
+            return f"unknown vLLM option; did you mean {key.replace('_', '-')!r}?"
+        return "unknown vLLM option for this build"
+    kind = spec["kind"]
+    values = value if isinstance(value, list) and spec.get("nargs") else [value]
+    for item in values:
+        problem = _check_kind(kind, item)
+        if problem:
+            return f"{problem}, got {item!r}"
+        if spec.get("choices") and str(item) not in spec["choices"]:
+            return f"must be one of {', '.join(spec['choices'])}, got {item!r}"
+    return None
+
+
+def _check_kind(kind: str, value: Any) -> str | None:
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    ok = {
+        "bool": isinstance(value, bool),
+        "int": is_int,
+        "float": is_int or isinstance(value, float),
+        "json": isinstance(value, dict),
+        "json_or_str": isinstance(value, dict | str),
+        "int_or_str": is_int or isinstance(value, str),
+        "str": isinstance(value, str | int | float) and not isinstance(value, bool),
+    }.get(kind, True)
+    if ok:
+        return None
+    return {
+        "json": "must be a JSON object (a YAML mapping)",
+        "bool": "must be true or false",
+        "int": "must be an integer",
+        "float": "must be a number",
+    }.get(kind, f"must be {kind}")
+
+
+def list_profiles() -> list[Profile]:
+    return [load_profile(str(path)) for path in sorted(PROFILES_DIR.glob("*.yaml"))]
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+
+
+def render_serve_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def render_serve_command(
+    profile: Profile,
+    *,
+    model_path: str | None = None,
+    port: int | None = None,
+    executable: str = "vllm",
+) -> list[str]:
+    """The exact `vllm serve` argv: booleans as --flag/--no-flag, mappings as compact JSON."""
+    table = serve_option_table(get_build(profile.build))
+    argv = [
+        executable,
+        "serve",
+        model_path or profile.model,
+        "--host",
+        profile.host,
+        "--port",
+        str(port if port is not None else profile.port),
+    ]
+    for key, value in profile.serve.items():
+        flag = f"--{key}"
+        if isinstance(value, bool):
+            if value:
+                argv.append(flag)
+            elif table.get(key, {}).get("negatable", True):
+                argv.append(f"--no-{key}")
+            continue
+        if isinstance(value, list):
+            argv += [flag, *(render_serve_value(v) for v in value)]
+        else:
+            argv += [flag, render_serve_value(value)]
+    return argv

@@ -1,0 +1,104 @@
+"""The nightly's decision logic on synthetic runs: first run -> new baseline, suspicious points
+rerun once (a breach again -> regression, otherwise cleared), history states, the summary.
+
+The rerun callback writes a synthetic run directory, standing in for run_sweep(only_points=...)
+so that the outcome of the rerun can be chosen; the real loop runs in tests/e2e/test_nightly_e2e.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.gate_runs import BLOG_POINTS, write_run
+
+from harness.gate.history import History
+from harness.gate.nightly import ArmResult, NightlyResult, judge_arm, record_arm, render_summary
+from harness.gate.regress import IncomparableError
+
+POLICY = Path(__file__).resolve().parents[2] / "launch/policies/default.yaml"
+
+
+def _seed_history(tmp_path: Path, db: Path, nights: int = 3) -> History:
+    history = History.open(db)
+    rng = np.random.default_rng(0)
+    for i in range(nights):
+        run = write_run(tmp_path, f"night{i}", rng, sigma=0.005)
+        arm = ArmResult("hisparse384", run_dir=run)
+        judge_arm(arm, history, POLICY, rerun=_no_rerun, echo=print)
+        record_arm(arm, history)
+    return history
+
+
+def _no_rerun(labels: list[str]) -> Path:
+    raise AssertionError(f"unexpected rerun of {labels}")
+
+
+def test_first_night_becomes_the_baseline(tmp_path: Path):
+    history = History.open(tmp_path / "h.sqlite")
+    run = write_run(tmp_path, "first", np.random.default_rng(1))
+    arm = ArmResult("hisparse384", run_dir=run)
+    judge_arm(arm, history, POLICY, rerun=_no_rerun, echo=print)
+    record_arm(arm, history)
+    assert arm.status == "new" and arm.history_state == "accepted"
+    assert history.entry("first").state == "accepted"
+    summary = render_summary(NightlyResult("STAMP", "cpu-0.32.0", {}, [arm]))
+    assert "### hisparse384: 🆕 baseline" in summary and "| c32 r0 | 27.2 |" in summary
+
+
+def test_suspicious_points_are_rerun_and_confirmed_or_cleared(tmp_path: Path):
+    history = _seed_history(tmp_path, tmp_path / "h.sqlite")
+    reruns: list[list[str]] = []
+
+    def rerun_factory(step: float):
+        def rerun(labels: list[str]) -> Path:
+            reruns.append(labels)
+            points = [p for p in BLOG_POINTS if f"c{p[0]}" in labels]
+            return write_run(
+                tmp_path,
+                f"rerun{len(reruns)}",
+                np.random.default_rng(9),
+                points=points,
+                steps={"occupancy": step},
+            )
+
+        return rerun
+
+    # Night 4: occupancy 7 % down everywhere (inside the 5..10 % band of the 10 % threshold).
+    tonight = write_run(tmp_path, "night3", np.random.default_rng(3), steps={"occupancy": -0.07})
+    arm = ArmResult("hisparse384", run_dir=tonight)
+    judge_arm(arm, history, POLICY, rerun=rerun_factory(0.0), echo=print)  # rerun is clean
+    # c1 and c8 move less than the 0.5-request floor: only c16..c32 are suspicious.
+    assert reruns == [["c16", "c24", "c32"]]
+    assert arm.status in ("ok", "improvement")  # cleared by the rerun
+    assert any("cleared" in r.reason for r in arm.verdict.rows if r.metric == "occupancy")
+
+    tonight = write_run(tmp_path, "night4", np.random.default_rng(4), steps={"occupancy": -0.07})
+    arm = ArmResult("hisparse384", run_dir=tonight)
+    judge_arm(arm, history, POLICY, rerun=rerun_factory(-0.2), echo=print)  # breaches again
+    assert arm.status == "regression" and arm.verdict.regressed_metrics() == ["occupancy"]
+    assert arm.rerun_dir is not None and arm.rerun_dir.name == "rerun2"
+    record_arm(arm, history)
+    assert history.entry("night4").state == "rejected"
+    assert "occupancy" in history.entry("night4").reason
+    # A rejected night never becomes part of the baseline.
+    key = arm.key
+    assert "night4" not in [e.run_id for e in history.baseline(key, 10)]
+
+    summary = render_summary(NightlyResult("STAMP", "nightly@" + "a" * 40, {}, [arm]))
+    assert "🔴 regression" in summary and "regressed: occupancy" in summary
+    assert "exit code 1" in summary
+
+
+def test_invalid_points_are_an_error_and_rejected(tmp_path: Path):
+    history = _seed_history(tmp_path, tmp_path / "h.sqlite", nights=1)
+    broken = write_run(tmp_path, "broken", np.random.default_rng(5), invalid={"c32"})
+    arm = ArmResult("hisparse384", run_dir=broken)
+    with pytest.raises(IncomparableError) as exc:
+        judge_arm(arm, history, POLICY, rerun=_no_rerun, echo=print)
+    arm.status, arm.error = "error", str(exc.value)  # what run_nightly does with it
+    record_arm(arm, history)
+    assert arm.status == "error" and "c32 is invalid" in arm.error
+    assert history.entry("broken").state == "rejected"
+    assert NightlyResult("S", "b", {}, [arm]).exit_code == 2

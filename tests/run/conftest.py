@@ -1,0 +1,3 @@
+"""Fixtures of the run-stage tests."""
+
+from support.fake_openai import fake_server, small_dataset  # noqa: F401 - pytest fixtures
