@@ -64,7 +64,7 @@ def load_targets(path: Path = PUBLISHED) -> list[Target]:
 
 def predict(profile_name: str, params: dict[str, float], dataset: str | None = None,
             calibration: Any = None) -> dict[str, dict[str, float | None]]:
-    from harness.profiles import load_profile
+    from harness.serve.profiles import load_profile
 
     prof = load_profile(profile_name)
     setup = setup_from_profile(prof, calibration, params)

@@ -188,7 +188,7 @@ def _host_pool_gib(where: str, serve: dict[str, Any]) -> float | None:
 def setup_from_profile(profile: Any, calibration: Calibration | None = None,
                        params: dict[str, float] | None = None,
                        gpu: str | None = None) -> SimSetup:
-    """The engine setup for a loaded `harness.profiles.Profile` on `gpu` (default h200)."""
+    """The engine setup for a loaded `harness.serve.profiles.Profile` on `gpu` (default h200)."""
     where = f"profile {profile.name} ({profile.source})"
     serve = dict(profile.serve)
     for key in serve:

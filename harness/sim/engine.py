@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from harness.scrape import Sample
+from harness.client.scrape import Sample
 from harness.sim.client import PointClient
 from harness.sim.cost import StepStats, step_stats
 from harness.sim.policies import Channel, GpuOnly

@@ -1,7 +1,7 @@
 """`repro simulate`: a run directory in the same schema as a real sweep, from the simulator.
 
-Points are planned by `harness.sweep.plan_points` (the blog's offsets and rotation), derived by
-`harness.metrics.derive_point_metrics` from the simulated samples.csv and client records, and
+Points are planned by `harness.run.sweep.plan_points` (the blog's offsets and rotation), derived by
+`harness.analysis.metrics.derive_point_metrics` from the simulated samples.csv and client records, and
 written with `harness.results`' records. Times are virtual seconds from the engine's start.
 """
 
@@ -19,7 +19,7 @@ import yaml
 
 from harness import __version__
 from harness.errors import ConfigError, RunError
-from harness.metrics import RequestTiming, derive_point_metrics
+from harness.analysis.metrics import RequestTiming, derive_point_metrics
 from harness.paths import DATASETS_DIR, results_dir
 from harness.results import (
     ClientSummary,
@@ -29,10 +29,10 @@ from harness.results import (
     atomic_write_json,
     write_summary,
 )
-from harness.scrape import write_samples_csv
+from harness.client.scrape import write_samples_csv
 from harness.sim.client import PointClient, Turn, Workload, shaped_workload
 from harness.sim.config import SimSetup, load_calibration, setup_from_profile
-from harness.sweep import plan_points, workload_key
+from harness.run.sweep import plan_points, workload_key
 
 BLOG_SHAPE = {"number": 128, "num_turns": 13, "first_turn_length": 74160,
               "subsequent_turn_length": 753}
@@ -168,7 +168,7 @@ def run_simulation(profile_name: str, *, dataset: str | None = None,
                    points: Sequence[str] | None = None, out: Path | None = None,
                    run_id: str | None = None) -> Path:
     """Simulate a profile's sweep and write its run directory; returns the directory."""
-    from harness.profiles import load_profile
+    from harness.serve.profiles import load_profile
 
     serve_sets = [o for o in overrides if not o.startswith("sim.")]
     params = {}
