@@ -32,7 +32,8 @@ from harness.results import (
 from harness.client.scrape import write_samples_csv
 from harness.sim.client import PointClient, Turn, Workload, shaped_workload
 from harness.sim.config import SimSetup, load_calibration, setup_from_profile
-from harness.run.sweep import plan_points, workload_key
+from harness.run.plan import plan_points
+from harness.run.sweep import workload_key
 
 BLOG_SHAPE = {"number": 128, "num_turns": 13, "first_turn_length": 74160,
               "subsequent_turn_length": 753}
