@@ -32,21 +32,50 @@ def _fmt(value: float | None, spec: str) -> str:
     ),
 )
 @click.option("--profile", "profile", default=None, metavar="NAME", help="Serve profile.")
-@click.option("--dataset", default=None, metavar="RECIPE|FILE",
-              help="Per-turn token counts [default: blog-shaped, 128 x 13 turns].")
-@click.option("--calibration", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Calibration file (launch/calibrations/*.yaml) [default: roofline defaults].")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="serve./sweep. profile override, or sim.PARAM=VALUE (repeatable).")
-@click.option("--points", "points", multiple=True, metavar="c8,c16",
-              help="Only these points (the rest of the plan is skipped).")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="Parent of the run directory [default: results/].")
+@click.option(
+    "--dataset",
+    default=None,
+    metavar="RECIPE|FILE",
+    help="Per-turn token counts [default: blog-shaped, 128 x 13 turns].",
+)
+@click.option(
+    "--calibration",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Calibration file (launch/calibrations/*.yaml) [default: roofline defaults].",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="serve./sweep. profile override, or sim.PARAM=VALUE (repeatable).",
+)
+@click.option(
+    "--points",
+    "points",
+    multiple=True,
+    metavar="c8,c16",
+    help="Only these points (the rest of the plan is skipped).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Parent of the run directory [default: results/].",
+)
 @click.option("--run-id", default=None, help="Run directory name [default: sim-PROFILE-TIME].")
 @click.pass_context
-def simulate(ctx: click.Context, profile: str | None, dataset: str | None,
-             calibration: Path | None, overrides: tuple[str, ...], points: tuple[str, ...],
-             out: Path | None, run_id: str | None) -> None:
+def simulate(
+    ctx: click.Context,
+    profile: str | None,
+    dataset: str | None,
+    calibration: Path | None,
+    overrides: tuple[str, ...],
+    points: tuple[str, ...],
+    out: Path | None,
+    run_id: str | None,
+) -> None:
     """Simulate a profile's sweep without GPUs; write a run directory (engine: sim).
 
     The run has the schema of a real sweep (manifest, points/*/point.json, samples.csv with
@@ -59,27 +88,54 @@ def simulate(ctx: click.Context, profile: str | None, dataset: str | None,
     from harness.results import load_run
     from harness.sim.run import run_simulation
 
-    run_dir = run_simulation(profile, dataset=dataset, calibration=calibration,
-                             overrides=overrides, points=points or None, out=out, run_id=run_id)
-    click.echo(f"{'point':6} {'occupancy':>9} {'tok/s/user':>10} {'tput/GPU':>9} "
-               f"{'preempt':>7} {'waiting':>7}")
+    run_dir = run_simulation(
+        profile,
+        dataset=dataset,
+        calibration=calibration,
+        overrides=overrides,
+        points=points or None,
+        out=out,
+        run_id=run_id,
+    )
+    click.echo(
+        f"{'point':6} {'occupancy':>9} {'tok/s/user':>10} {'tput/GPU':>9} "
+        f"{'preempt':>7} {'waiting':>7}"
+    )
     for p in load_run(run_dir).points:
         m = p.metrics
-        click.echo(f"{p.label:6} {_fmt(m.get('occupancy'), '9.1f')} "
-                   f"{_fmt(m.get('interactivity'), '10.1f')} "
-                   f"{_fmt(m.get('throughput_per_gpu'), '9.0f')} "
-                   f"{_fmt(m.get('preemptions'), '7.0f')} {_fmt(m.get('waiting_mean'), '7.1f')}")
+        click.echo(
+            f"{p.label:6} {_fmt(m.get('occupancy'), '9.1f')} "
+            f"{_fmt(m.get('interactivity'), '10.1f')} "
+            f"{_fmt(m.get('throughput_per_gpu'), '9.0f')} "
+            f"{_fmt(m.get('preemptions'), '7.0f')} {_fmt(m.get('waiting_mean'), '7.1f')}"
+        )
     click.echo(str(run_dir))
 
 
 @simulate.command("calibrate")
-@click.option("--out", "out", type=click.Path(path_type=Path, dir_okay=False),
-              default=DEFAULT_CALIBRATION, show_default=True, help="Calibration file to write.")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=DEFAULT_CALIBRATION,
+    show_default=True,
+    help="Calibration file to write.",
+)
 @click.option("--max-evals", default=150, show_default=True, help="Simulated sweeps per fit.")
-@click.option("--model", "model", default="glm-5.3", show_default=True,
-              help="Model to calibrate (only the published figure's model is accepted).")
-@click.option("--gpu", "gpu", default="h200", show_default=True,
-              help="GPU to calibrate (only the published figure's GPU is accepted).")
+@click.option(
+    "--model",
+    "model",
+    default="glm-5.3",
+    show_default=True,
+    help="Model to calibrate (only the published figure's model is accepted).",
+)
+@click.option(
+    "--gpu",
+    "gpu",
+    default="h200",
+    show_default=True,
+    help="GPU to calibrate (only the published figure's GPU is accepted).",
+)
 def calibrate(out: Path, max_evals: int, model: str, gpu: str) -> None:
     """Fit six bounded parameters to the blog's two MTP3 series; predict all four arms."""
     from harness.errors import ConfigError
@@ -87,22 +143,28 @@ def calibrate(out: Path, max_evals: int, model: str, gpu: str) -> None:
     from harness.sim.config import load_calibration
 
     if (model, gpu) != (cal.TARGET_MODEL, cal.TARGET_GPU):
-        raise ConfigError(f"--model {model} --gpu {gpu}: the published series were measured "
-                          f"on {cal.TARGET_MODEL} / {cal.TARGET_GPU}; no calibration for "
-                          "another model or GPU can be fitted to them")
+        raise ConfigError(
+            f"--model {model} --gpu {gpu}: the published series were measured "
+            f"on {cal.TARGET_MODEL} / {cal.TARGET_GPU}; no calibration for "
+            "another model or GPU can be fitted to them"
+        )
     targets = cal.load_targets()
     params, rows, evals = cal.fit(targets, max_evals=max_evals, echo=click.echo)
     cal.write_calibration(out, params, rows, evals)
     click.echo(f"wrote {out} ({evals} evaluations)")
     click.echo(" ".join(f"{k}={v:g}" for k, v in params.items()))
     for r in rows:
-        click.echo(f"  {r['profile']:12} {r['label']:4} {r['metric']:20} target "
-                   f"{r['target']:9.1f} sim {_fmt(r['simulated'], '9.1f')} "
-                   f"err {_fmt(None if r['rel_error'] is None else 100 * r['rel_error'], '+6.1f')}%")
+        click.echo(
+            f"  {r['profile']:12} {r['label']:4} {r['metric']:20} target "
+            f"{r['target']:9.1f} sim {_fmt(r['simulated'], '9.1f')} "
+            f"err {_fmt(None if r['rel_error'] is None else 100 * r['rel_error'], '+6.1f')}%"
+        )
     calibration = load_calibration(out)
     for arm in ("hisparse384", "offload512", "hisparse384-nomtp", "offload512-nomtp"):
         click.echo(f"{arm}: occupancy / tok/s/user / tput per GPU")
         for label, m in cal.predict(arm, {}, calibration=calibration).items():
-            click.echo(f"  {label:4} {_fmt(m.get('occupancy'), '6.1f')} "
-                       f"{_fmt(m.get('interactivity'), '7.1f')} "
-                       f"{_fmt(m.get('throughput_per_gpu'), '7.0f')}")
+            click.echo(
+                f"  {label:4} {_fmt(m.get('occupancy'), '6.1f')} "
+                f"{_fmt(m.get('interactivity'), '7.1f')} "
+                f"{_fmt(m.get('throughput_per_gpu'), '7.0f')}"
+            )

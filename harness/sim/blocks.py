@@ -86,8 +86,14 @@ class GpuPool:
         self.free += (entry.blocks - blocks) * entry.units_per_block
         return blocks * entry.units_per_block
 
-    def release(self, units: int, *, conv: int | None = None, cache_blocks: int = 0,
-                units_per_block: int = 1) -> None:
+    def release(
+        self,
+        units: int,
+        *,
+        conv: int | None = None,
+        cache_blocks: int = 0,
+        units_per_block: int = 1,
+    ) -> None:
         """Return `units`; `cache_blocks` of them (a prefix of conv) stay cached, MRU."""
         cache_units = cache_blocks * units_per_block if conv is not None else 0
         if cache_units > units:

@@ -33,10 +33,22 @@ ARMS = {
     "Offloading 512 GiB · MTP3": "offload512",
 }
 TARGET_MODEL, TARGET_GPU = "glm-5.3", "h200"  # what the published figure measured
-FITTED = ("prefill_eff", "acceptance_length", "step_overhead_ms", "miss_rate", "hbm_eff",
-          "host_bytes_scale")
-START = {"prefill_eff": 0.4, "acceptance_length": 2.8, "step_overhead_ms": 0.0,
-         "miss_rate": 0.2, "hbm_eff": 0.8, "host_bytes_scale": 656 / 576}  # sim.md 3, 5
+FITTED = (
+    "prefill_eff",
+    "acceptance_length",
+    "step_overhead_ms",
+    "miss_rate",
+    "hbm_eff",
+    "host_bytes_scale",
+)
+START = {
+    "prefill_eff": 0.4,
+    "acceptance_length": 2.8,
+    "step_overhead_ms": 0.0,
+    "miss_rate": 0.2,
+    "hbm_eff": 0.8,
+    "host_bytes_scale": 656 / 576,
+}  # sim.md 3, 5
 WEIGHTS = {"occupancy": 2.0, "interactivity": 1.0, "throughput_per_gpu": 1.0}
 METRICS = tuple(WEIGHTS)
 
@@ -62,8 +74,9 @@ def load_targets(path: Path = PUBLISHED) -> list[Target]:
     return out
 
 
-def predict(profile_name: str, params: dict[str, float], dataset: str | None = None,
-            calibration: Any = None) -> dict[str, dict[str, float | None]]:
+def predict(
+    profile_name: str, params: dict[str, float], dataset: str | None = None, calibration: Any = None
+) -> dict[str, dict[str, float | None]]:
     from harness.serve.profiles import load_profile
 
     prof = load_profile(profile_name)
@@ -79,9 +92,16 @@ def errors(targets: list[Target], params: dict[str, float]) -> list[dict[str, An
         for label, published in target.points.items():
             for metric, value in published.items():
                 got = sim.get(label, {}).get(metric)
-                rows.append({"profile": target.profile, "label": label, "metric": metric,
-                             "target": value, "simulated": got,
-                             "rel_error": None if got is None else got / value - 1.0})
+                rows.append(
+                    {
+                        "profile": target.profile,
+                        "label": label,
+                        "metric": metric,
+                        "target": value,
+                        "simulated": got,
+                        "rel_error": None if got is None else got / value - 1.0,
+                    }
+                )
     return rows
 
 
@@ -106,8 +126,9 @@ def _unscale(params: dict[str, float]) -> list[float]:
     return [(params[n] - FIT_PARAMS[n][0]) / (FIT_PARAMS[n][1] - FIT_PARAMS[n][0]) for n in FITTED]
 
 
-def fit(targets: list[Target], *, max_evals: int = 150,
-        echo: Callable[[str], None] = print) -> tuple[dict[str, float], list[dict], int]:
+def fit(
+    targets: list[Target], *, max_evals: int = 150, echo: Callable[[str], None] = print
+) -> tuple[dict[str, float], list[dict], int]:
     from scipy.optimize import minimize
 
     evals = 0
@@ -120,36 +141,55 @@ def fit(targets: list[Target], *, max_evals: int = 150,
         evals += 1
         if value < best[0]:
             best = (value, params)
-            echo(f"  eval {evals}: loss {value:.4f} "
-                 + " ".join(f"{k}={v:.4g}" for k, v in params.items()))
+            echo(
+                f"  eval {evals}: loss {value:.4f} "
+                + " ".join(f"{k}={v:.4g}" for k, v in params.items())
+            )
         return value
 
     start = dict(START)
-    scan = [(objective(_unscale({**start, "prefill_eff": p})), p)
-            for p in (0.03, 0.05, 0.08, 0.15, 0.4)]
+    scan = [
+        (objective(_unscale({**start, "prefill_eff": p})), p) for p in (0.03, 0.05, 0.08, 0.15, 0.4)
+    ]
     start["prefill_eff"] = min(scan)[1]
     x0 = _unscale(start)
-    simplex = [x0] + [[v + (0.12 if i == j else 0.0) for j, v in enumerate(x0)]
-                      for i in range(len(x0))]
+    simplex = [x0] + [
+        [v + (0.12 if i == j else 0.0) for j, v in enumerate(x0)] for i in range(len(x0))
+    ]
     simplex = [[min(1.0, max(0.0, v)) for v in row] for row in simplex]
-    minimize(objective, x0, method="Nelder-Mead", bounds=[(0.0, 1.0)] * len(FITTED),
-             options={"maxfev": max(1, max_evals - len(scan)), "initial_simplex": simplex,
-                      "xatol": 1e-3, "fatol": 1e-4})
+    minimize(
+        objective,
+        x0,
+        method="Nelder-Mead",
+        bounds=[(0.0, 1.0)] * len(FITTED),
+        options={
+            "maxfev": max(1, max_evals - len(scan)),
+            "initial_simplex": simplex,
+            "xatol": 1e-3,
+            "fatol": 1e-4,
+        },
+    )
     params = {k: round(v, 6) for k, v in best[1].items()}
     return params, errors(targets, params), evals
 
 
 def _git_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
+            capture_output=True,
+            check=False,
+            text=True,
+            timeout=10,
+        )
     except OSError:
         return None
     return out.stdout.strip() or None
 
 
-def write_calibration(path: Path, params: dict[str, float], rows: list[dict], evals: int,
-                      published: Path = PUBLISHED) -> None:
+def write_calibration(
+    path: Path, params: dict[str, float], rows: list[dict], evals: int, published: Path = PUBLISHED
+) -> None:
     data = {
         "schema": CALIBRATION_SCHEMA,
         "model": TARGET_MODEL,
@@ -169,8 +209,9 @@ def write_calibration(path: Path, params: dict[str, float], rows: list[dict], ev
             "harness_version": __version__,
             "git_commit": _git_commit(),
         },
-        "errors": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
-                   for r in rows],
+        "errors": [
+            {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in rows
+        ],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")

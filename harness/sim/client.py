@@ -29,8 +29,9 @@ class Workload:
         return min(len(t) for t in self.turns) if self.turns else 0
 
 
-def shaped_workload(number: int, num_turns: int, first: int, subsequent: int,
-                    source: str) -> Workload:
+def shaped_workload(
+    number: int, num_turns: int, first: int, subsequent: int, source: str
+) -> Workload:
     turn = (first,) + (subsequent,) * (num_turns - 1)
     return Workload(tuple(turn for _ in range(number)), source)
 

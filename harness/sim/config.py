@@ -26,13 +26,26 @@ from harness.sim.scheduler import Scheduler
 
 CALIBRATION_SCHEMA = "repro.sim-calibration/1"
 MODELLED = {
-    "tensor-parallel-size", "data-parallel-size", "kv-cache-dtype", "gpu-memory-utilization",
-    "max-model-len", "max-num-batched-tokens", "max-num-seqs", "enable-prefix-caching",
-    "attention-config", "kv-transfer-config", "speculative-config", "num-gpu-blocks-override",
+    "tensor-parallel-size",
+    "data-parallel-size",
+    "kv-cache-dtype",
+    "gpu-memory-utilization",
+    "max-model-len",
+    "max-num-batched-tokens",
+    "max-num-seqs",
+    "enable-prefix-caching",
+    "attention-config",
+    "kv-transfer-config",
+    "speculative-config",
+    "num-gpu-blocks-override",
 }
 NO_EFFECT = {
-    "served-model-name", "trust-remote-code", "enable-auto-tool-choice", "tool-call-parser",
-    "reasoning-parser", "dtype",
+    "served-model-name",
+    "trust-remote-code",
+    "enable-auto-tool-choice",
+    "tool-call-parser",
+    "reasoning-parser",
+    "dtype",
 }
 CONNECTORS = {"OffloadingConnector"}
 OFFLOAD_SPECS = {"TieringOffloadingSpec", "CPUOffloadingSpec"}
@@ -60,8 +73,9 @@ def load_calibration(path: Path) -> Calibration:
     params = data.get("params") or {}
     for key, value in params.items():
         if key not in FIT_PARAMS:
-            raise ConfigError(f"{path}: params.{key}: not a simulator parameter "
-                              f"(known: {', '.join(FIT_PARAMS)})")
+            raise ConfigError(
+                f"{path}: params.{key}: not a simulator parameter (known: {', '.join(FIT_PARAMS)})"
+            )
         low, high = FIT_PARAMS[key]
         if not isinstance(value, int | float) or not low <= value <= high:
             raise ConfigError(f"{path}: params.{key}: {value!r} outside [{low}, {high}]")
@@ -69,8 +83,14 @@ def load_calibration(path: Path) -> Calibration:
         if not isinstance(data.get(key), str):
             raise ConfigError(f"{path}: {key}: required (the model/GPU it was fitted for)")
     kv = data.get("kv_gib_per_gpu")
-    return Calibration(data["model"], data["gpu"], {k: float(v) for k, v in params.items()},
-                       None if kv is None else float(kv), Path(path), data)
+    return Calibration(
+        data["model"],
+        data["gpu"],
+        {k: float(v) for k, v in params.items()},
+        None if kv is None else float(kv),
+        Path(path),
+        data,
+    )
 
 
 @dataclass
@@ -110,20 +130,39 @@ class SimSetup:
             if key in args:
                 args[key] = int(args[key] * scale)
         if self.policy == "offload":
-            pol = Offload(self.pool_units, block_tokens, h2d=Channel(1.0),
-                          prefix_caching=self.prefix_caching, **args)
+            pol = Offload(
+                self.pool_units,
+                block_tokens,
+                h2d=Channel(1.0),
+                prefix_caching=self.prefix_caching,
+                **args,
+            )
         elif self.policy == "hisparse":
-            pol = HiSparse(self.pool_units, block_tokens, h2d=Channel(1.0),
-                           prefix_caching=self.prefix_caching, **args)
+            pol = HiSparse(
+                self.pool_units,
+                block_tokens,
+                h2d=Channel(1.0),
+                prefix_caching=self.prefix_caching,
+                **args,
+            )
         else:
             pol = GpuOnly(self.pool_units, block_tokens, self.prefix_caching)
         rf = self.roofline
         mtp = Mtp(self.spec_tokens, rf.acceptance_length if self.spec_tokens else 1.0)
-        sched = Scheduler(pol, max_num_seqs=self.max_num_seqs,
-                          max_num_batched_tokens=self.max_num_batched_tokens, mtp=mtp)
+        sched = Scheduler(
+            pol,
+            max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            mtp=mtp,
+        )
         labels = {"engine": "0", "model_name": self.served_model_name}
-        return Engine(sched, rf, topk=self.model.architecture.index_topk, labels=labels,
-                      row_bytes=rf.row_bytes)
+        return Engine(
+            sched,
+            rf,
+            topk=self.model.architecture.index_topk,
+            labels=labels,
+            row_bytes=rf.row_bytes,
+        )
 
 
 def _int(where: str, key: str, value: Any, minimum: int = 1) -> int:
@@ -140,13 +179,19 @@ def _spec_tokens(where: str, serve: dict[str, Any]) -> int:
         raise ConfigError(f"{where}: serve.speculative-config: {spec!r} is not a mapping")
     method = spec.get("method")
     if method not in SPEC_METHODS:
-        raise ConfigError(f"{where}: serve.speculative-config.method: {method!r} is not "
-                          f"modelled (known: {', '.join(sorted(SPEC_METHODS))})")
+        raise ConfigError(
+            f"{where}: serve.speculative-config.method: {method!r} is not "
+            f"modelled (known: {', '.join(sorted(SPEC_METHODS))})"
+        )
     for key in spec:
         if key not in ("method", "num_speculative_tokens"):
             raise ConfigError(f"{where}: serve.speculative-config.{key}: not modelled")
-    return _int(where, "serve.speculative-config.num_speculative_tokens",
-                spec.get("num_speculative_tokens"), 0)
+    return _int(
+        where,
+        "serve.speculative-config.num_speculative_tokens",
+        spec.get("num_speculative_tokens"),
+        0,
+    )
 
 
 def _connector(where: str, serve: dict[str, Any]) -> int | None:
@@ -156,15 +201,23 @@ def _connector(where: str, serve: dict[str, Any]) -> int | None:
         return None
     name = kv.get("kv_connector") if isinstance(kv, dict) else kv
     if name not in CONNECTORS:
-        raise ConfigError(f"{where}: serve.kv-transfer-config.kv_connector: {name!r} is not "
-                          f"modelled (known: {', '.join(sorted(CONNECTORS))})")
+        raise ConfigError(
+            f"{where}: serve.kv-transfer-config.kv_connector: {name!r} is not "
+            f"modelled (known: {', '.join(sorted(CONNECTORS))})"
+        )
     extra = kv.get("kv_connector_extra_config") or {}
     spec = extra.get("spec_name", "CPUOffloadingSpec")
     if spec not in OFFLOAD_SPECS:
-        raise ConfigError(f"{where}: serve.kv-transfer-config.kv_connector_extra_config."
-                          f"spec_name: {spec!r} is not modelled")
-    return _int(where, "serve.kv-transfer-config.kv_connector_extra_config.cpu_bytes_to_use",
-                extra.get("cpu_bytes_to_use"), 0)
+        raise ConfigError(
+            f"{where}: serve.kv-transfer-config.kv_connector_extra_config."
+            f"spec_name: {spec!r} is not modelled"
+        )
+    return _int(
+        where,
+        "serve.kv-transfer-config.kv_connector_extra_config.cpu_bytes_to_use",
+        extra.get("cpu_bytes_to_use"),
+        0,
+    )
 
 
 def _host_pool_gib(where: str, serve: dict[str, Any]) -> float | None:
@@ -172,40 +225,53 @@ def _host_pool_gib(where: str, serve: dict[str, Any]) -> float | None:
     if att is None:
         return None
     if not isinstance(att, dict) or set(att) - {"hisparse_config"}:
-        raise ConfigError(f"{where}: serve.attention-config: {att!r}: only hisparse_config "
-                          "is modelled")
+        raise ConfigError(
+            f"{where}: serve.attention-config: {att!r}: only hisparse_config is modelled"
+        )
     hs = att.get("hisparse_config") or {}
     if set(hs) - {"host_pool_gib"}:
-        raise ConfigError(f"{where}: serve.attention-config.hisparse_config: keys "
-                          f"{sorted(set(hs) - {'host_pool_gib'})} are not modelled")
+        raise ConfigError(
+            f"{where}: serve.attention-config.hisparse_config: keys "
+            f"{sorted(set(hs) - {'host_pool_gib'})} are not modelled"
+        )
     value = hs.get("host_pool_gib")
     if not isinstance(value, int | float) or value <= 0:
-        raise ConfigError(f"{where}: serve.attention-config.hisparse_config.host_pool_gib: "
-                          f"{value!r} must be > 0")
+        raise ConfigError(
+            f"{where}: serve.attention-config.hisparse_config.host_pool_gib: {value!r} must be > 0"
+        )
     return float(value)
 
 
-def setup_from_profile(profile: Any, calibration: Calibration | None = None,
-                       params: dict[str, float] | None = None,
-                       gpu: str | None = None) -> SimSetup:
+def setup_from_profile(
+    profile: Any,
+    calibration: Calibration | None = None,
+    params: dict[str, float] | None = None,
+    gpu: str | None = None,
+) -> SimSetup:
     """The engine setup for a loaded `harness.serve.profiles.Profile` on `gpu` (default h200)."""
     where = f"profile {profile.name} ({profile.source})"
     serve = dict(profile.serve)
-    for key in serve:
+    for key, value in serve.items():
         if key not in MODELLED and key not in NO_EFFECT:
-            raise ConfigError(f"{where}: serve.{key}: {serve[key]!r}: the simulator does not "
-                              "model this option")
+            raise ConfigError(
+                f"{where}: serve.{key}: {value!r}: the simulator does not model this option"
+            )
     model = find_model_for(profile.model)
     if model is None:
-        raise ConfigError(f"{where}: model: {profile.model!r} has no model file in "
-                          "launch/models (the simulator sizes KV from it)")
+        raise ConfigError(
+            f"{where}: model: {profile.model!r} has no model file in "
+            "launch/models (the simulator sizes KV from it)"
+        )
     if calibration is not None and gpu is not None and calibration.gpu != gpu:
-        raise ConfigError(f"{calibration.path}: calibrated for GPU {calibration.gpu!r}, "
-                          f"not {gpu!r}; refusing it")
+        raise ConfigError(
+            f"{calibration.path}: calibrated for GPU {calibration.gpu!r}, not {gpu!r}; refusing it"
+        )
     gpu = gpu or (calibration.gpu if calibration else DEFAULT_GPU)
     if calibration is not None and calibration.model != model.name:
-        raise ConfigError(f"{calibration.path}: calibrated for model {calibration.model!r}, "
-                          f"the profile serves {model.name!r}; refusing it")
+        raise ConfigError(
+            f"{calibration.path}: calibrated for model {calibration.model!r}, "
+            f"the profile serves {model.name!r}; refusing it"
+        )
     gf = gpu_facts(gpu, where)
     cf = compute_facts(model.name, where)
     tp = _int(where, "serve.tensor-parallel-size", serve.get("tensor-parallel-size", 1))
@@ -224,9 +290,17 @@ def setup_from_profile(profile: Any, calibration: Calibration | None = None,
     max_seqs = _int(where, "serve.max-num-seqs", serve.get("max-num-seqs", 256))
     kv_override = calibration.kv_gib_per_gpu if calibration else None
     try:
-        dep = make_deployment(model, gpu=gpu, tp=tp, dp=dp, kv_dtype=dtype, max_seqs=max_seqs,
-                              spec_tokens=spec if host_gib is not None else None,
-                              gpu_memory_utilization=util, kv_gib_per_gpu=kv_override)
+        dep = make_deployment(
+            model,
+            gpu=gpu,
+            tp=tp,
+            dp=dp,
+            kv_dtype=dtype,
+            max_seqs=max_seqs,
+            spec_tokens=spec if host_gib is not None else None,
+            gpu_memory_utilization=util,
+            kv_gib_per_gpu=kv_override,
+        )
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     arch = model.architecture
@@ -248,8 +322,10 @@ def setup_from_profile(profile: Any, calibration: Calibration | None = None,
         }
     elif cpu_bytes is not None:
         policy, pool = "offload", lim.baseline_pool
-        policy_args = {"cpu_blocks": cpu_bytes // tp // dep.baseline_block_bytes,
-                       "block_bytes": dep.baseline_block_bytes}
+        policy_args = {
+            "cpu_blocks": cpu_bytes // tp // dep.baseline_block_bytes,
+            "block_bytes": dep.baseline_block_bytes,
+        }
     else:
         policy, pool = "gpu", lim.baseline_pool
     if "num-gpu-blocks-override" in serve:
@@ -257,36 +333,62 @@ def setup_from_profile(profile: Any, calibration: Calibration | None = None,
     fitted = dict(calibration.params) if calibration else {}
     fitted.update(params or {})
     roof = Roofline(
-        tp=tp, hbm_tbps=gf.hbm_tbps, fp8_tflops=gf.fp8_tflops, pcie_gbps=gf.pcie_gbps,
+        tp=tp,
+        hbm_tbps=gf.hbm_tbps,
+        fp8_tflops=gf.fp8_tflops,
+        pcie_gbps=gf.pcie_gbps,
         allreduce_ms=2 * arch.num_layers * gf.allreduce_us_per_layer / 1000.0,
-        mtp_draft_ms=cf.mtp_draft_ms, shared_gib=model.weights.shared_gib,
-        routed_gib=model.weights.routed_experts_gib, ep_shards=tp,
-        n_experts=arch.n_routed_experts, experts_per_token=cf.experts_per_token,
+        mtp_draft_ms=cf.mtp_draft_ms,
+        shared_gib=model.weights.shared_gib,
+        routed_gib=model.weights.routed_experts_gib,
+        ep_shards=tp,
+        n_experts=arch.n_routed_experts,
+        experts_per_token=cf.experts_per_token,
         active_params=cf.active_params,
         row_bytes=layout.host_block_bytes // bt.host,
         indexer_row_bytes=layout.indexer_bytes_per_token_layer * arch.indexer_full_layers,
-        attn_flops_per_row=2.0 * arch.num_attention_heads
-        * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim) * arch.num_layers,
-        indexer_flops_per_row=2.0 * arch.index_n_heads * arch.index_head_dim
+        attn_flops_per_row=2.0
+        * arch.num_attention_heads
+        * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim)
+        * arch.num_layers,
+        indexer_flops_per_row=2.0
+        * arch.index_n_heads
+        * arch.index_head_dim
         * arch.indexer_full_layers,
         spec_tokens=spec,
     )
     for key, value in fitted.items():
         if key not in FIT_PARAMS:
-            raise ConfigError(f"sim.{key}: not a simulator parameter "
-                              f"(known: {', '.join(FIT_PARAMS)})")
+            raise ConfigError(
+                f"sim.{key}: not a simulator parameter (known: {', '.join(FIT_PARAMS)})"
+            )
         setattr(roof, key, float(value))
-    facts = {"kv_gib_per_gpu": dep.kv_gib_per_gpu, "pool_units": pool, "policy": policy,
-             "gpu": gpu, "hot_rows": rows, **policy_args,
-             "baseline_limit_at_80k": capacity_at(dep, 80000, rows).baseline_limit,
-             "hisparse_limit_at_80k": capacity_at(dep, 80000, rows).hisparse_limit}
+    facts = {
+        "kv_gib_per_gpu": dep.kv_gib_per_gpu,
+        "pool_units": pool,
+        "policy": policy,
+        "gpu": gpu,
+        "hot_rows": rows,
+        **policy_args,
+        "baseline_limit_at_80k": capacity_at(dep, 80000, rows).baseline_limit,
+        "hisparse_limit_at_80k": capacity_at(dep, 80000, rows).hisparse_limit,
+    }
     return SimSetup(
-        profile_name=profile.name, model=model, gpu=gpu, tp=tp, policy=policy, pool_units=pool,
+        profile_name=profile.name,
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        policy=policy,
+        pool_units=pool,
         max_num_seqs=max_seqs,
-        max_num_batched_tokens=_int(where, "serve.max-num-batched-tokens",
-                                    serve.get("max-num-batched-tokens", 8192)),
+        max_num_batched_tokens=_int(
+            where, "serve.max-num-batched-tokens", serve.get("max-num-batched-tokens", 8192)
+        ),
         max_model_len=_int(where, "serve.max-model-len", serve.get("max-model-len", 142000)),
-        prefix_caching=bool(serve.get("enable-prefix-caching", True)), spec_tokens=spec,
-        roofline=roof, policy_args=policy_args,
-        served_model_name=profile.served_model_name, facts=facts,
+        prefix_caching=bool(serve.get("enable-prefix-caching", True)),
+        spec_tokens=spec,
+        roofline=roof,
+        policy_args=policy_args,
+        served_model_name=profile.served_model_name,
+        facts=facts,
     )

@@ -34,8 +34,15 @@ class PointResult:
 
 
 class Engine:
-    def __init__(self, scheduler: Scheduler, cost: StepCost, *, topk: int,
-                 labels: dict[str, str], row_bytes: int) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        cost: StepCost,
+        *,
+        topk: int,
+        labels: dict[str, str],
+        row_bytes: int,
+    ) -> None:
         self.scheduler = scheduler
         self.policy: GpuOnly = scheduler.policy
         self.cost = cost
@@ -53,8 +60,9 @@ class Engine:
             h2d.bytes_per_s = cost.pcie_bytes_per_s()
 
     # ------------------------------------------------------------------ one point
-    def run_point(self, client: PointClient, scrape_interval: float,
-                  max_steps: int = 50_000_000) -> PointResult:
+    def run_point(
+        self, client: PointClient, scrape_interval: float, max_steps: int = 50_000_000
+    ) -> PointResult:
         sched = self.scheduler
         client.rid_base = self.rid_next
         start = self.now

@@ -43,14 +43,15 @@ COMPUTE: dict[str, ComputeFacts] = {
 
 def gpu_facts(name: str, where: str) -> GpuFacts:
     if name not in GPUS:
-        raise ConfigError(f"{where}: gpu {name!r} has no simulator facts (known: {', '.join(GPUS)})")
+        raise ConfigError(
+            f"{where}: gpu {name!r} has no simulator facts (known: {', '.join(GPUS)})"
+        )
     return GPUS[name]
 
 
 def compute_facts(model: str, where: str) -> ComputeFacts:
     if model not in COMPUTE:
         raise ConfigError(
-            f"{where}: model {model!r} has no simulator compute facts "
-            f"(known: {', '.join(COMPUTE)})"
+            f"{where}: model {model!r} has no simulator compute facts (known: {', '.join(COMPUTE)})"
         )
     return COMPUTE[model]

@@ -101,8 +101,9 @@ class GpuOnly:
         if req.offloaded:
             cache = 0  # host-only history: nothing worth caching on the GPU
         self.on_release(req)
-        self.pool.release(req.units, conv=req.conv, cache_blocks=cache,
-                          units_per_block=self.block_units(req))
+        self.pool.release(
+            req.units, conv=req.conv, cache_blocks=cache, units_per_block=self.block_units(req)
+        )
         req.blocks = req.units = req.lease = 0
         req.offloaded = False
 
@@ -125,8 +126,16 @@ class Offload(GpuOnly):
 
     name = "offload"
 
-    def __init__(self, pool_units: int, block_tokens: int, *, cpu_blocks: int,
-                 block_bytes: int, h2d: Channel, prefix_caching: bool = True) -> None:
+    def __init__(
+        self,
+        pool_units: int,
+        block_tokens: int,
+        *,
+        cpu_blocks: int,
+        block_bytes: int,
+        h2d: Channel,
+        prefix_caching: bool = True,
+    ) -> None:
         super().__init__(pool_units, block_tokens, prefix_caching)
         self.cpu = PrefixLru(cpu_blocks)
         self.block_bytes = block_bytes
@@ -168,10 +177,20 @@ class HiSparse(GpuOnly):
 
     name = "hisparse"
 
-    def __init__(self, pool_units: int, block_tokens: int, *, latent_units: int,
-                 indexer_units: int, lease_units: int, host_blocks: int,
-                 indexer_cpu_blocks: int, indexer_block_bytes: int, h2d: Channel,
-                 prefix_caching: bool = True) -> None:
+    def __init__(
+        self,
+        pool_units: int,
+        block_tokens: int,
+        *,
+        latent_units: int,
+        indexer_units: int,
+        lease_units: int,
+        host_blocks: int,
+        indexer_cpu_blocks: int,
+        indexer_block_bytes: int,
+        h2d: Channel,
+        prefix_caching: bool = True,
+    ) -> None:
         super().__init__(pool_units, block_tokens, prefix_caching)
         self.latent_units = latent_units
         self.indexer_units = indexer_units
@@ -188,16 +207,18 @@ class HiSparse(GpuOnly):
 
     def lookup(self, req: Request) -> Hit:
         gpu = min(self.pool.cached_blocks(req.conv), self.max_hit_blocks(req))
-        host = min(self.host.lookup(req.conv), self.indexer_cpu.lookup(req.conv),
-                   self.max_hit_blocks(req))
+        host = min(
+            self.host.lookup(req.conv), self.indexer_cpu.lookup(req.conv), self.max_hit_blocks(req)
+        )
         ext = max(0, host - gpu)
         return Hit(gpu, ext, ext * self.indexer_block_bytes, offloaded=ext > 0)
 
     def admission_units(self, req: Request, hit: Hit) -> int:
         total = self.blocks_for(req.total)
         resident = (total - hit.gpu_blocks) * self.resident_units
-        offloaded = total * self.indexer_units + self.lease_units - hit.gpu_blocks * (
-            self.resident_units)
+        offloaded = (
+            total * self.indexer_units + self.lease_units - hit.gpu_blocks * (self.resident_units)
+        )
         need = min(resident, offloaded)
         # Pages that host-resident decoding would hand back also count as room.
         return max(0, need - self.reclaimable(exclude=req))

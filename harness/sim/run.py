@@ -35,8 +35,12 @@ from harness.sim.config import SimSetup, load_calibration, setup_from_profile
 from harness.run.plan import plan_points
 from harness.run.sweep import workload_key
 
-BLOG_SHAPE = {"number": 128, "num_turns": 13, "first_turn_length": 74160,
-              "subsequent_turn_length": 753}
+BLOG_SHAPE = {
+    "number": 128,
+    "num_turns": 13,
+    "first_turn_length": 74160,
+    "subsequent_turn_length": 753,
+}
 
 
 @dataclass
@@ -65,13 +69,19 @@ def load_workload(spec: str | None) -> Workload:
 
 def _shape(data: dict[str, Any], where: str) -> dict[str, int]:
     out = {}
-    keys = {"number": "number", "num_turns": "num_turns", "first_turn_length": "first",
-            "subsequent_turn_length": "subsequent"}
+    keys = {
+        "number": "number",
+        "num_turns": "num_turns",
+        "first_turn_length": "first",
+        "subsequent_turn_length": "subsequent",
+    }
     for key, arg in keys.items():
         value = data.get(key)
         if not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{where}: {key}: {value!r}: the simulator needs per-turn token "
-                              "counts (a positive integer)")
+            raise ConfigError(
+                f"{where}: {key}: {value!r}: the simulator needs per-turn token "
+                "counts (a positive integer)"
+            )
         out[arg] = value
     return out
 
@@ -82,23 +92,37 @@ def client_summary(records: list[Turn], *, parallel: int, start: float) -> Clien
     duration = max(end - start, 1e-9)
     prompt = sum(r.prompt for r in ok)
     out = sum(r.out for r in ok)
-    tpots = [(r.end - r.start - r.ttft) / (r.out - 1) for r in ok if r.out > 1 and r.ttft is not None]
-    itls = [(r.end - r.start - r.ttft) / r.decode_steps for r in ok if r.decode_steps and r.ttft is not None]
-    mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+    tpots = [
+        (r.end - r.start - r.ttft) / (r.out - 1) for r in ok if r.out > 1 and r.ttft is not None
+    ]
+    itls = [
+        (r.end - r.start - r.ttft) / r.decode_steps
+        for r in ok
+        if r.decode_steps and r.ttft is not None
+    ]
     return ClientSummary(
-        total_requests=len(records), success_requests=len(ok),
-        failed_requests=len(records) - len(ok), duration_s=duration, concurrency=parallel,
-        request_throughput=len(ok) / duration, output_throughput=out / duration,
+        total_requests=len(records),
+        success_requests=len(ok),
+        failed_requests=len(records) - len(ok),
+        duration_s=duration,
+        concurrency=parallel,
+        request_throughput=len(ok) / duration,
+        output_throughput=out / duration,
         total_throughput=(prompt + out) / duration,
         mean_latency_s=mean([r.end - r.start for r in ok]),
         mean_ttft_ms=_ms(mean([r.ttft for r in ok if r.ttft is not None])),
-        mean_tpot_ms=_ms(mean(tpots)), mean_itl_ms=_ms(mean(itls)),
+        mean_tpot_ms=_ms(mean(tpots)),
+        mean_itl_ms=_ms(mean(itls)),
         avg_input_tokens=prompt / len(ok) if ok else None,
         avg_output_tokens=out / len(ok) if ok else None,
         kv_cache_hit_rate_pct=100.0 * sum(r.client_cached for r in ok) / prompt if prompt else None,
         decoded_tok_per_iter=out / sum(r.decode_steps + 1 for r in ok) if ok else None,
         raw={"simulated": True},
     )
+
+
+def mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
 
 
 def _ms(value: float | None) -> float | None:
@@ -112,18 +136,32 @@ def _p99(values: list[float]) -> float | None:
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
-def simulate_points(setup: SimSetup, workload: Workload, sweep: Any,
-                    only: Sequence[str] | None = None, gpus: int = 1
-                    ) -> list[tuple[PointRecord, list[Any]]]:
+def simulate_points(
+    setup: SimSetup,
+    workload: Workload,
+    sweep: Any,
+    only: Sequence[str] | None = None,
+    gpus: int = 1,
+) -> list[tuple[PointRecord, list[Any]]]:
     """Run every planned point on one engine (one server lifetime); records + samples."""
     engine = setup.build()
     turns = min(workload.num_turns, sweep.max_turns or workload.num_turns)
-    planned = plan_points([tuple(p) for p in sweep.points], dataset_offset=sweep.dataset_offset,
-                          num_conversations=workload.num_conversations, only=only)
+    planned = plan_points(
+        [tuple(p) for p in sweep.points],
+        dataset_offset=sweep.dataset_offset,
+        num_conversations=workload.num_conversations,
+        only=only,
+    )
     out = []
     for plan in planned:
-        client = PointClient(workload, plan.conversations, plan.parallel, turns,
-                             sweep.max_tokens, setup.max_model_len)
+        client = PointClient(
+            workload,
+            plan.conversations,
+            plan.parallel,
+            turns,
+            sweep.max_tokens,
+            setup.max_model_len,
+        )
         res = engine.run_point(client, sweep.scrape_interval_s)
         out.append((_record(plan, client, res, turns, gpus), res.samples))
         engine.now += sweep.sleep_between_points_s
@@ -134,40 +172,82 @@ def _record(plan: Any, client: PointClient, res: Any, turns: int, gpus: int) -> 
     recs = client.records
     summary = client_summary(recs, parallel=plan.parallel, start=res.start)
     ok = [r for r in recs if r.success]
-    pct = [{"Percentiles": "99%",
+    pct = [
+        {
+            "Percentiles": "99%",
             "TTFT (ms)": _ms(_p99([r.ttft for r in ok if r.ttft is not None])),
-            "TPOT (ms)": _ms(_p99([(r.end - r.start - r.ttft) / (r.out - 1)
-                                   for r in ok if r.out > 1 and r.ttft is not None]))}]
+            "TPOT (ms)": _ms(
+                _p99(
+                    [
+                        (r.end - r.start - r.ttft) / (r.out - 1)
+                        for r in ok
+                        if r.out > 1 and r.ttft is not None
+                    ]
+                )
+            ),
+        }
+    ]
     timings = [RequestTiming(r.start, r.end, r.success, r.prompt, r.out) for r in recs]
-    derived = derive_point_metrics(res.samples, client=summary, percentiles=pct,
-                                   requests=timings, parallel=plan.parallel, gpus=gpus)
+    derived = derive_point_metrics(
+        res.samples,
+        client=summary,
+        percentiles=pct,
+        requests=timings,
+        parallel=plan.parallel,
+        gpus=gpus,
+    )
     expected = plan.number * turns
     reasons = []
     if summary.failed_requests:
-        reasons.append(f"{summary.failed_requests} failed requests (prompt + max_tokens > "
-                       "max-model-len: conversation abandoned)")
+        reasons.append(
+            f"{summary.failed_requests} failed requests (prompt + max_tokens > "
+            "max-model-len: conversation abandoned)"
+        )
     if summary.total_requests != expected:
-        reasons.append(f"total requests {summary.total_requests} != {plan.number} "
-                       f"conversations x {turns} turns = {expected}")
+        reasons.append(
+            f"total requests {summary.total_requests} != {plan.number} "
+            f"conversations x {turns} turns = {expected}"
+        )
     ends = [r.end for r in recs if r.end is not None]
     window = (min(r.start for r in recs), max(ends)) if recs and ends else (res.start, res.end)
     return PointRecord(
-        point_id=plan.point_id, label=plan.label, parallel=plan.parallel, number=plan.number,
-        repeat=plan.repeat, dataset_offset=plan.dataset_offset,
-        conversations=plan.conversations, turns=turns, expected_requests=expected,
-        started_at=res.start, ended_at=res.end, window=window, valid=not reasons,
-        invalid_reasons=reasons, client=summary, metrics=derived.metrics,
-        samples=derived.scrapes, scrape_gaps=0, client_command=[], client_exit_code=0,
-        overhead_s=0.0, server_restarts=0,
+        point_id=plan.point_id,
+        label=plan.label,
+        parallel=plan.parallel,
+        number=plan.number,
+        repeat=plan.repeat,
+        dataset_offset=plan.dataset_offset,
+        conversations=plan.conversations,
+        turns=turns,
+        expected_requests=expected,
+        started_at=res.start,
+        ended_at=res.end,
+        window=window,
+        valid=not reasons,
+        invalid_reasons=reasons,
+        client=summary,
+        metrics=derived.metrics,
+        samples=derived.scrapes,
+        scrape_gaps=0,
+        client_command=[],
+        client_exit_code=0,
+        overhead_s=0.0,
+        server_restarts=0,
         fidelity={**derived.info, "engine_steps": res.steps},
         notes=["simulated (virtual clock)"],
     )
 
 
-def run_simulation(profile_name: str, *, dataset: str | None = None,
-                   calibration: Path | None = None, overrides: Sequence[str] = (),
-                   points: Sequence[str] | None = None, out: Path | None = None,
-                   run_id: str | None = None) -> Path:
+def run_simulation(
+    profile_name: str,
+    *,
+    dataset: str | None = None,
+    calibration: Path | None = None,
+    overrides: Sequence[str] = (),
+    points: Sequence[str] | None = None,
+    out: Path | None = None,
+    run_id: str | None = None,
+) -> Path:
     """Simulate a profile's sweep and write its run directory; returns the directory."""
     from harness.serve.profiles import load_profile
 
@@ -189,8 +269,9 @@ def run_simulation(profile_name: str, *, dataset: str | None = None,
     rid = run_id or f"sim-{prof.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
     run_dir = Path(out or results_dir()) / rid
     if run_dir.exists():
-        raise RunError(f"{run_dir}: already exists; a simulation never writes into an existing "
-                       "run directory")
+        raise RunError(
+            f"{run_dir}: already exists; a simulation never writes into an existing run directory"
+        )
     gpus = max(int(prof.gpus), 1)
     results = simulate_points(setup, workload, prof.sweep, points, gpus)
     layout = RunLayout(run_dir)
@@ -200,18 +281,35 @@ def run_simulation(profile_name: str, *, dataset: str | None = None,
     digest = hashlib.sha256(repr(workload.turns).encode()).hexdigest()
     cal_info = _calibration_info(cal)
     manifest = RunManifest(
-        run_id=rid, status="complete", created_at=time.time(), finished_at=time.time(),
-        harness_version=__version__, engine="sim", base_url="sim://", profile_name=prof.name,
-        profile=profile_dump, overrides=list(overrides), gpus=gpus,
-        dataset={"spec": dataset or "blog-shaped", "path": workload.source, "sha256": digest,
-                 "num_conversations": workload.num_conversations,
-                 "num_turns": workload.num_turns, "manifest": {"token_counts_only": True}},
-        workload_key=workload_key(dataset_sha256=digest, sweep=sweep_dump,
-                                  profile=profile_dump),
+        run_id=rid,
+        status="complete",
+        created_at=time.time(),
+        finished_at=time.time(),
+        harness_version=__version__,
+        engine="sim",
+        base_url="sim://",
+        profile_name=prof.name,
+        profile=profile_dump,
+        overrides=list(overrides),
+        gpus=gpus,
+        dataset={
+            "spec": dataset or "blog-shaped",
+            "path": workload.source,
+            "sha256": digest,
+            "num_conversations": workload.num_conversations,
+            "num_turns": workload.num_turns,
+            "manifest": {"token_counts_only": True},
+        },
+        workload_key=workload_key(dataset_sha256=digest, sweep=sweep_dump, profile=profile_dump),
         client={"name": "sim-client", "version": __version__, "semantics": "evalscope multi-turn"},
-        sweep=sweep_dump, planned_points=[r.point_id for r, _ in results],
-        build={"engine": "sim", "calibration": cal_info, "setup": setup.facts,
-               "params": setup.roofline.fitted()},
+        sweep=sweep_dump,
+        planned_points=[r.point_id for r, _ in results],
+        build={
+            "engine": "sim",
+            "calibration": cal_info,
+            "setup": setup.facts,
+            "params": setup.roofline.fitted(),
+        },
         notes=["simulated run: times are virtual seconds", f"calibration: {cal_info['path']}"],
     )
     atomic_write_json(layout.manifest, manifest)
@@ -225,5 +323,10 @@ def run_simulation(profile_name: str, *, dataset: str | None = None,
 def _calibration_info(cal: Any) -> dict[str, Any]:
     if cal is None:
         return {"path": None, "note": "uncalibrated roofline defaults (sim.md 5)"}
-    return {"path": str(cal.path), "sha256": hashlib.sha256(cal.path.read_bytes()).hexdigest(),
-            "model": cal.model, "gpu": cal.gpu, "params": cal.params}
+    return {
+        "path": str(cal.path),
+        "sha256": hashlib.sha256(cal.path.read_bytes()).hexdigest(),
+        "model": cal.model,
+        "gpu": cal.gpu,
+        "params": cal.params,
+    }

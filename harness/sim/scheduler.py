@@ -45,8 +45,15 @@ class Counters:
 
 
 class Scheduler:
-    def __init__(self, policy: GpuOnly, *, max_num_seqs: int, max_num_batched_tokens: int,
-                 mtp: Mtp, reserve_full_isl: bool = True) -> None:
+    def __init__(
+        self,
+        policy: GpuOnly,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        mtp: Mtp,
+        reserve_full_isl: bool = True,
+    ) -> None:
         self.policy = policy
         self.running: list[Request] = policy.running
         self.waiting: deque[Request] = deque()

@@ -14,8 +14,7 @@ def req(rid: int, conv: int, prompt: int, out: int = 4, turn: int = 1) -> Reques
 
 
 def sched(policy, budget: int = 1000, seqs: int = 16, spec: int = 0, acc: float = 1.0):
-    return Scheduler(policy, max_num_seqs=seqs, max_num_batched_tokens=budget,
-                     mtp=Mtp(spec, acc))
+    return Scheduler(policy, max_num_seqs=seqs, max_num_batched_tokens=budget, mtp=Mtp(spec, acc))
 
 
 def run_until_done(s: Scheduler, reqs: list[Request], limit: int = 1000) -> int:
@@ -169,8 +168,17 @@ def test_offload_lru_stores_on_finish():
 def hisparse(pool: int) -> HiSparse:
     # resident block: 4 latent + 1 indexer units; host-resident request: 1 unit per block
     # plus a lease of 6 units (hot buffer + retained tail).
-    return HiSparse(pool, 16, latent_units=4, indexer_units=1, lease_units=6, host_blocks=100,
-                    indexer_cpu_blocks=100, indexer_block_bytes=10, h2d=Channel(1e9))
+    return HiSparse(
+        pool,
+        16,
+        latent_units=4,
+        indexer_units=1,
+        lease_units=6,
+        host_blocks=100,
+        indexer_cpu_blocks=100,
+        indexer_block_bytes=10,
+        h2d=Channel(1e9),
+    )
 
 
 def test_hot_buffer_is_leased_under_pressure_and_released_at_finish():

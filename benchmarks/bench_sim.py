@@ -1,0 +1,69 @@
+"""Simulator speed and determinism: all four GLM arms, c1-c32, on the blog-shaped workload.
+
+Target: < 2 min in total on 2 cores; two runs give byte-identical point records.
+
+Run: PYTHONPATH=$PWD /work/main/.venv/bin/python benchmarks/bench_sim.py [CALIBRATION]
+(default calibration: launch/calibrations/glm53-h200.yaml if it exists, else roofline defaults)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from harness.paths import REPO_ROOT
+from harness.serve.profiles import load_profile
+from harness.sim.config import load_calibration, setup_from_profile
+from harness.sim.run import load_workload, simulate_points
+
+ARMS = ("hisparse384", "offload512", "hisparse384-nomtp", "offload512-nomtp")
+DEFAULT = REPO_ROOT / "launch" / "calibrations" / "glm53-h200.yaml"
+
+
+def sweep_all(calibration: Path | None) -> tuple[dict[str, list[dict]], float]:
+    cal = load_calibration(calibration) if calibration else None
+    workload = load_workload(None)
+    out: dict[str, list[dict]] = {}
+    start = time.perf_counter()
+    for arm in ARMS:
+        prof = load_profile(arm)
+        setup = setup_from_profile(prof, cal)
+        t0 = time.perf_counter()
+        results = simulate_points(setup, workload, prof.sweep, gpus=prof.gpus)
+        steps = sum(r.fidelity["engine_steps"] for r, _ in results)
+        print(f"  {arm:18} {time.perf_counter() - t0:6.2f} s  {steps:7d} engine steps")
+        out[arm] = [r.model_dump(mode="json") for r, _ in results]
+    return out, time.perf_counter() - start
+
+
+def main() -> None:
+    calibration = (
+        Path(sys.argv[1]) if len(sys.argv) > 1 else (DEFAULT if DEFAULT.is_file() else None)
+    )
+    print(f"calibration: {calibration or 'roofline defaults'}")
+    print("run 1")
+    first, t1 = sweep_all(calibration)
+    print("run 2")
+    second, t2 = sweep_all(calibration)
+    same = json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True)
+    print(f"total: run 1 {t1:.1f} s, run 2 {t2:.1f} s (target < 120 s each); identical: {same}")
+    print(
+        f"{'arm':18} {'point':5} {'occupancy':>9} {'tok/s/user':>10} {'tput/GPU':>9} "
+        f"{'preempt':>7} {'waiting':>7}"
+    )
+    for arm, points in first.items():
+        for p in points:
+            m = p["metrics"]
+            print(
+                f"{arm:18} {p['label']:5} {m['occupancy'] or 0:9.1f} "
+                f"{m['interactivity'] or 0:10.1f} {m['throughput_per_gpu'] or 0:9.0f} "
+                f"{m['preemptions'] or 0:7.0f} {m['waiting_mean'] or 0:7.1f}"
+            )
+    if not same:
+        sys.exit("determinism broken: two runs differ")
+
+
+if __name__ == "__main__":
+    main()

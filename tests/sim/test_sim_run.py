@@ -1,0 +1,90 @@
+"""A reduced-size simulated sweep end to end: run directory, determinism, harness readers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.analysis.compare import compare_runs
+from harness.errors import RunError
+from harness.analysis.metrics import derive_point_metrics
+from harness.results import load_run
+from harness.client.scrape import read_samples_csv
+from harness.sim.run import run_simulation
+
+SETS = ["sweep.points=[[1,2],[4,8]]", "sweep.dataset_offset=3", "sweep.scrape_interval_s=2"]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("sim")
+    recipe = root / "small.yaml"
+    recipe.write_text(
+        "number: 10\nnum_turns: 3\nfirst_turn_length: 30000\nsubsequent_turn_length: 500\n"
+    )
+    return recipe
+
+
+def simulate(
+    small: Path, out: Path, rid: str, profile: str = "offload512", extra: tuple[str, ...] = ()
+) -> Path:
+    return run_simulation(
+        profile, dataset=str(small), overrides=[*SETS, *extra], out=out, run_id=rid
+    )
+
+
+def test_run_directory_has_the_sweep_schema_and_derived_metrics(small, tmp_path):
+    run_dir = simulate(small, tmp_path, "a")
+    run = load_run(run_dir)
+    assert run.manifest.engine == "sim" and run.manifest.build["engine"] == "sim"
+    assert [p.label for p in run.points] == ["c1", "c4"]
+    c4 = run.points[1]
+    # EvalScope rotation: offset 3 + 2 conversations of c1 = 5; 8 conversations from 5, cycled.
+    assert c4.dataset_offset == 5 and c4.conversations == [5, 6, 7, 8, 9, 0, 1, 2]
+    assert c4.valid and c4.client.total_requests == 8 * 3 == c4.expected_requests
+    # point.json's metrics are the harness's own derivation of the samples.csv written.
+    samples = read_samples_csv(run_dir / "points" / c4.point_id / "samples.csv")
+    names = {s.name for s in samples}
+    assert {
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:num_preemptions_total",
+        "vllm:spec_decode_num_drafts_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:kv_cache_usage_perc",
+    } <= names
+    again = derive_point_metrics(samples, client=c4.client, parallel=4, gpus=8)
+    assert again.metrics["occupancy"] == c4.metrics["occupancy"] is not None
+    assert 1.0 <= c4.metrics["occupancy"] <= 4.0
+    # 30,000-token first turns: the turn-2 prompt is 30,720 tokens; client estimate as EvalScope
+    assert c4.metrics["client_kv_cache_hit_rate"] > 0.6
+
+
+def test_same_inputs_give_identical_point_records(small, tmp_path):
+    one, two = simulate(small, tmp_path, "one"), simulate(small, tmp_path, "two")
+    for a, b in zip(sorted(one.glob("points/*/*")), sorted(two.glob("points/*/*")), strict=True):
+        assert a.name == b.name and a.read_bytes() == b.read_bytes()
+    rows = compare_runs(load_run(one), load_run(two))
+    assert rows  # the comparison reads simulated runs like real ones
+
+
+def test_a_simulation_never_writes_into_an_existing_run(small, tmp_path):
+    run_dir = tmp_path / "real"
+    run_dir.mkdir()
+    (run_dir / "manifest.json").write_text(json.dumps({"engine": "vllm"}))
+    with pytest.raises(RunError, match="already exists"):
+        simulate(small, tmp_path, "real")
+    assert json.loads((run_dir / "manifest.json").read_text()) == {"engine": "vllm"}
+
+
+def test_a_smaller_kv_pool_lowers_occupancy_and_raises_waiting(small, tmp_path):
+    # 1,200 blocks x 64 tokens hold two of these ~31K-token requests fully resident.
+    tight = load_run(
+        simulate(small, tmp_path, "tight", extra=("serve.num-gpu-blocks-override=1200",))
+    )
+    roomy = load_run(simulate(small, tmp_path, "roomy"))
+    t, r = tight.points[1].metrics, roomy.points[1].metrics
+    assert t["occupancy"] <= 2.0 < r["occupancy"]
+    assert t["waiting_mean"] > r["waiting_mean"]
