@@ -18,8 +18,9 @@ from typing import Any
 import yaml
 
 from harness import __version__
-from harness.errors import ConfigError, RunError
 from harness.analysis.metrics import RequestTiming, derive_point_metrics
+from harness.client.scrape import write_samples_csv
+from harness.errors import ConfigError, RunError
 from harness.paths import DATASETS_DIR, results_dir
 from harness.results import (
     ClientSummary,
@@ -29,11 +30,10 @@ from harness.results import (
     atomic_write_json,
     write_summary,
 )
-from harness.client.scrape import write_samples_csv
-from harness.sim.client import PointClient, Turn, Workload, shaped_workload
-from harness.sim.config import SimSetup, load_calibration, setup_from_profile
 from harness.run.plan import plan_points
 from harness.run.sweep import workload_key
+from harness.sim.client import PointClient, Turn, Workload, shaped_workload
+from harness.sim.config import SimSetup, load_calibration, setup_from_profile
 
 BLOG_SHAPE = {
     "number": 128,

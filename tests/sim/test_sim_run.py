@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from harness.analysis.compare import compare_runs
-from harness.errors import RunError
 from harness.analysis.metrics import derive_point_metrics
-from harness.results import load_run
 from harness.client.scrape import read_samples_csv
+from harness.errors import RunError
+from harness.results import load_run
 from harness.sim.run import run_simulation
 
 SETS = ["sweep.points=[[1,2],[4,8]]", "sweep.dataset_offset=3", "sweep.scrape_interval_s=2"]
