@@ -7,7 +7,17 @@ import sys
 import click
 
 from harness import __version__
-from harness.cli import capacity, dataset, launch, regress, report, simulate, sweep, tiny_models
+from harness.cli import (
+    capacity,
+    dataset,
+    launch,
+    regress,
+    report,
+    sim_serve,
+    simulate,
+    sweep,
+    tiny_models,
+)
 from harness.errors import ReproError
 
 
@@ -21,7 +31,7 @@ def cli() -> None:
     """
 
 
-for area in (launch, tiny_models, dataset, sweep, report, capacity, regress, simulate):
+for area in (launch, tiny_models, dataset, sweep, report, capacity, regress, simulate, sim_serve):
     area.register(cli)
 
 
