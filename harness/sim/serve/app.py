@@ -99,7 +99,8 @@ class Routes:
             return _error(400, "request body must be a JSON object")
         if body.get("model") not in (None, self.s.model):
             return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
-        if self.s.faults.fail_request():
+        # Faults hit streams only: readiness and the harness's warm-ups are not streamed.
+        if body.get("stream") and self.s.faults.fail_request():
             return _error(
                 500, "injected failure (repro sim serve --fail-rate)", "InternalServerError"
             )

@@ -2,7 +2,8 @@
 
 Request-level faults are deterministic (the n-th chat request fails when floor((n+1) f) >
 floor(n f)), so a run with a fraction f fails exactly round(N f) of N requests, the same ones
-every time. Nothing fails during the first `after_s` wall seconds (readiness and warm-up pass).
+every time. They hit streaming requests only (a benchmark client streams; readiness checks and
+the harness's warm-ups do not), and none during the first `after_s` wall seconds.
 """
 
 from __future__ import annotations

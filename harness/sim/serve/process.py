@@ -23,7 +23,7 @@ from harness.paths import REPO_ROOT
 from harness.serve.profiles import Profile
 from harness.serve.server import _LIVE, VllmServer, host_facts, port_is_free
 
-SIM_READY_TIMEOUT_S = 120.0
+SIM_READY_TIMEOUT_S = 900.0  # a first start encodes the dataset (~1 min on 2 busy cores)
 
 
 class SimServer(VllmServer):

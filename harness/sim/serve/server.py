@@ -47,6 +47,27 @@ def tokenizer_for(dataset: str) -> str:
     return load_recipe(dataset).tokenizer
 
 
+def _prewarm(counter: Any, dataset: str) -> None:
+    """Encode the dataset's message contents before serving (cached on disk per dataset)."""
+    import hashlib
+    import time
+
+    from harness.dataset import ensure_dataset
+    from harness.paths import cache_dir
+
+    info = ensure_dataset(dataset)
+    texts = []
+    for conv in json.loads(Path(info.path).read_text(encoding="utf-8"))["conversations"]:
+        for turn in conv:
+            texts += [m.get("content") or "" for m in turn.get("messages", [])]
+    tok_key = hashlib.sha256(counter.tok.sha256.encode()).hexdigest()[:16]
+    store = cache_dir() / "sim-serve-tokens" / f"{tok_key}-{str(info.sha256)[:16]}.npz"
+    t0 = time.monotonic()
+    n = counter.prewarm(texts, store)
+    print(f"sim serve: {len(texts)} dataset contents ready ({n} encoded, "
+          f"{time.monotonic() - t0:.1f} s; store {store})", flush=True)
+
+
 def split_overrides(overrides: Sequence[str]) -> tuple[list[str], dict[str, float]]:
     """--set serve./sweep. overrides for the profile, sim.PARAM=VALUE for the engine."""
     serve, params = [], {}
@@ -89,6 +110,8 @@ def build_state(opts: ServeOptions) -> Any:
     engine = setup.build()
     spec = opts.tokenizer or tokenizer_for(opts.dataset or SIM_DEFAULT_DATASET)
     counter = PromptCounter(spec, engine.policy.block_tokens)
+    if opts.dataset or not opts.tokenizer:
+        _prewarm(counter, opts.dataset or SIM_DEFAULT_DATASET)
     emit_box: list[Any] = []  # the dispatcher needs the state, the state needs the engine
     live = LiveEngine(
         engine,
