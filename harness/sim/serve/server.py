@@ -64,8 +64,11 @@ def _prewarm(counter: Any, dataset: str) -> None:
     store = cache_dir() / "sim-serve-tokens" / f"{tok_key}-{str(info.sha256)[:16]}.npz"
     t0 = time.monotonic()
     n = counter.prewarm(texts, store)
-    print(f"sim serve: {len(texts)} dataset contents ready ({n} encoded, "
-          f"{time.monotonic() - t0:.1f} s; store {store})", flush=True)
+    print(
+        f"sim serve: {len(texts)} dataset contents ready ({n} encoded, "
+        f"{time.monotonic() - t0:.1f} s; store {store})",
+        flush=True,
+    )
 
 
 def split_overrides(overrides: Sequence[str]) -> tuple[list[str], dict[str, float]]:

@@ -123,8 +123,12 @@ class PromptCounter:
             offsets = np.cumsum([0] + [len(v) for _, v in items])
             store.parent.mkdir(parents=True, exist_ok=True)
             tmp = store.with_name(store.name + ".tmp.npz")
-            np.savez(tmp, ids=np.concatenate([v for _, v in items]).astype(np.int32),
-                     offsets=offsets, keys=np.array([np.frombuffer(k, np.uint8) for k, _ in items]))
+            np.savez(
+                tmp,
+                ids=np.concatenate([v for _, v in items]).astype(np.int32),
+                offsets=offsets,
+                keys=np.array([np.frombuffer(k, np.uint8) for k, _ in items]),
+            )
             tmp.replace(store)
         return len(todo)
 
