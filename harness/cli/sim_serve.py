@@ -26,7 +26,7 @@ def sim() -> None:
     default=None,
     type=float,
     metavar="K",
-    help="Virtual time runs K x faster than the wall clock [default: 4].",
+    help="Virtual time runs K x faster than the wall clock [default: 2].",
 )
 @click.option(
     "--dataset",

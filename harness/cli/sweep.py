@@ -106,7 +106,7 @@ def register(group: click.Group) -> None:
     default=None,
     metavar="K",
     help="--engine sim: virtual time runs K x faster than the wall clock; client times are "
-    "multiplied back by K [default: 4].",
+    "multiplied back by K [default: 2].",
 )
 @click.option(
     "--sim-arg",

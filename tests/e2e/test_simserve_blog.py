@@ -14,7 +14,8 @@ from harness.sim.run import run_simulation
 from harness.sim.serve.server import DEFAULT_TIME_SCALE
 
 DATASET = "openhands-offline-ci"
-POINTS = ["sweep.points=[[1,2],[32,32]]", "sweep.dataset_offset=0"]
+# 5 s scrapes (virtual): a c1 point of 2 conversations is shorter than the blog's 30 s period
+POINTS = ["sweep.points=[[1,2],[32,32]]", "sweep.dataset_offset=0", "sweep.scrape_interval_s=5"]
 ARMS = ("hisparse384", "offload512")
 
 
