@@ -18,11 +18,28 @@ REPRO = [sys.executable, "-c", "from harness.cli import main; main()"]
 
 
 def run_arm(arm: str, out: Path, k: str, port: int) -> tuple[float, int, int]:
-    cmd = ["/usr/bin/time", "-v", *REPRO, "sweep", "--profile", arm, "--engine", "sim",
-           "--time-scale", k, "--dataset", "openhands-offline", "--out", str(out),
-           "--run-id", f"cpu-{arm}", "--port", str(port)]
+    cmd = [
+        "/usr/bin/time",
+        "-v",
+        *REPRO,
+        "sweep",
+        "--profile",
+        arm,
+        "--engine",
+        "sim",
+        "--time-scale",
+        k,
+        "--dataset",
+        "openhands-offline",
+        "--out",
+        str(out),
+        "--run-id",
+        f"cpu-{arm}",
+        "--port",
+        str(port),
+    ]
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
     wall = time.monotonic() - t0
     (out / f"cpu-{arm}.log").write_text(proc.stdout + proc.stderr)
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
@@ -37,16 +54,23 @@ def main() -> None:
     for i, arm in enumerate(ARMS):
         wall, rss, code = run_arm(arm, out, k, 18600 + i)
         rows.append((arm, wall, rss, code))
-        print(f"{arm:18} exit {code}  wall {wall:7.1f} s  peak RSS {rss / 1024:7.1f} MiB",
-              flush=True)
+        print(
+            f"{arm:18} exit {code}  wall {wall:7.1f} s  peak RSS {rss / 1024:7.1f} MiB", flush=True
+        )
     runs = [str(out / f"cpu-{arm}") for arm in ARMS]
-    for args in (["claims", "check", *runs[:2]], ["claims", "check", *runs],
-                 ["compare", runs[1], runs[0]], ["report", *runs, "--out",
-                                                 str(out / "report.html")]):
-        proc = subprocess.run([*REPRO, *args], capture_output=True, text=True)
+    for args in (
+        ["claims", "check", *runs[:2]],
+        ["claims", "check", *runs],
+        ["compare", runs[1], runs[0]],
+        ["report", *runs, "--out", str(out / "report.html")],
+    ):
+        proc = subprocess.run([*REPRO, *args], check=False, capture_output=True, text=True)
         (out / f"{args[0]}.txt").write_text(proc.stdout + proc.stderr)
-        print(f"$ repro {' '.join(args)}  (exit {proc.returncode})\n{proc.stdout[-3000:]}"
-              f"{proc.stderr[-1500:]}", flush=True)
+        print(
+            f"$ repro {' '.join(args)}  (exit {proc.returncode})\n{proc.stdout[-3000:]}"
+            f"{proc.stderr[-1500:]}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -24,11 +24,21 @@ def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("blog")
     result = {}
     for arm in ARMS:
-        http = run_sweep(SweepRequest(profile=arm, engine="sim", dataset=DATASET,
-                                      overrides=POINTS, out=out, run_id=f"http-{arm}",
-                                      port=free_port()), echo=print)
-        offline = run_simulation(arm, dataset=DATASET, overrides=POINTS, out=out,
-                                 run_id=f"offline-{arm}")
+        http = run_sweep(
+            SweepRequest(
+                profile=arm,
+                engine="sim",
+                dataset=DATASET,
+                overrides=POINTS,
+                out=out,
+                run_id=f"http-{arm}",
+                port=free_port(),
+            ),
+            echo=print,
+        )
+        offline = run_simulation(
+            arm, dataset=DATASET, overrides=POINTS, out=out, run_id=f"offline-{arm}"
+        )
         result[arm] = (load_run(http), load_run(offline))
     return result
 
