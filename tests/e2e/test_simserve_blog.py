@@ -11,12 +11,15 @@ from harness.results import load_run
 from harness.run.sweep import SweepRequest, run_sweep
 from harness.serve.server import free_port
 from harness.sim.run import run_simulation
-from harness.sim.serve.server import DEFAULT_TIME_SCALE
 
 DATASET = "openhands-offline-ci"
 # 5 s scrapes (virtual): a c1 point of 2 conversations is shorter than the blog's 30 s period
 POINTS = ["sweep.points=[[1,2],[32,32]]", "sweep.dataset_offset=0", "sweep.scrape_interval_s=5"]
 ARMS = ("hisparse384", "offload512")
+# c1 is one stream and both c32 points are engine-bound (requests wait in the engine's queue), so
+# the client's overhead x K does not show: K=6 keeps this test short (bench_simserve.py shows
+# where a lower K matters: c8/c16, where the client, not the engine, limits occupancy).
+K = 6.0
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +31,7 @@ def runs(tmp_path_factory):
             SweepRequest(
                 profile=arm,
                 engine="sim",
+                time_scale=K,
                 dataset=DATASET,
                 overrides=POINTS,
                 out=out,
@@ -47,7 +51,7 @@ def test_blog_points_are_valid_and_show_the_blog_gap(runs):
     c32 = {}
     for arm, (http, _) in runs.items():
         assert http.manifest.engine == "sim"
-        assert http.manifest.time_scale == DEFAULT_TIME_SCALE
+        assert http.manifest.time_scale == K
         by = {p.label: p for p in http.points}
         for point in by.values():
             assert point.valid, (arm, point.label, point.invalid_reasons)

@@ -14,8 +14,11 @@ belongs to is the engine's prefix-cache key, and the matched block count caps th
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -198,6 +201,15 @@ class LiveEngine:
             self.lag_s += -delay * self.k
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException:  # noqa: BLE001 - an engine that died must take the server down
+            # as vLLM's API server exits when its engine core dies: the sweep sees a dead server
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(70)
+
+    def _loop(self) -> None:
         eng, sched = self.engine, self.sched
         width = sched.mtp.verify_width
         while not self._stop:
