@@ -152,3 +152,16 @@ def test_live_engine_virtual_clock_runs_k_times_faster():
         assert wall < virtual / 50.0 + 0.5
     finally:
         live.stop()
+
+
+def test_sweep_request_checks_the_engine_options():
+    from harness.run.sweep import SweepRequest
+
+    with pytest.raises(ConfigError, match="--engine"):
+        SweepRequest(profile="hisparse384", engine="gpu")
+    with pytest.raises(ConfigError, match="--engine sim only"):
+        SweepRequest(profile="hisparse384", time_scale=2.0)
+    with pytest.raises(ConfigError, match="must be > 0"):
+        SweepRequest(profile="hisparse384", engine="sim", time_scale=0.0)
+    with pytest.raises(ConfigError, match="--url"):
+        SweepRequest(profile="hisparse384", engine="sim", url="http://127.0.0.1:1")
