@@ -4,7 +4,9 @@ Target: at the default time scale K, occupancy and interactivity agree within +-
 point (the client is not the bottleneck). Prints both side by side, the deviations, wall times.
 
 Run: PYTHONPATH=$PWD /work/main/.venv/bin/python benchmarks/bench_simserve.py \
-        [--profile hisparse384] [--time-scale K] [--points c1,c8,...] [--dataset D]
+        [--profile hisparse384] [--time-scale K] [--points c1,c8,...] [--dataset D] [--set K=V]
+The blog's 30 s scrape leaves 2-9 samples per point, so occupancy is a mean of very few samples;
+`--set sweep.scrape_interval_s=5` compares the two paths with enough samples to mean something.
 (default dataset: the blog-shaped openhands-offline recipe, built on first use).
 """
 
@@ -93,11 +95,21 @@ def main() -> None:
     ap.add_argument("--time-scale", type=float, default=DEFAULT_TIME_SCALE)
     ap.add_argument("--points", default=None)
     ap.add_argument("--dataset", default=SIM_DEFAULT_DATASET)
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        help="profile override for both runs, e.g. sweep.scrape_interval_s=5",
+    )
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     with tempfile.TemporaryDirectory(prefix="bench-simserve-") as tmp:
         points = [args.points] if args.points else None
-        show(compare(args.profile, args.time_scale, points, args.dataset, Path(tmp)))
+        rows = compare(
+            args.profile, args.time_scale, points, args.dataset, Path(tmp), tuple(args.overrides)
+        )
+        show(rows)
 
 
 if __name__ == "__main__":
