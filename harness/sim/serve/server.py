@@ -15,9 +15,9 @@ from harness.sim.serve.faults import Faults, FaultState
 
 DEFAULT_CALIBRATION = REPO_ROOT / "launch" / "calibrations" / "glm53-h200.yaml"
 SIM_DEFAULT_DATASET = "openhands-offline"  # the blog-shaped offline recipe (tiny tokenizer)
-DEFAULT_TIME_SCALE = (
-    2.0  # bench_simserve: HTTP within 5 % of offline at every point (K=4: -12.5 % at c8)
-)
+# bench_simserve (loaded 2-core machine): at K=2 interactivity within 5 % of offline at every
+# point, occupancy within 8 % except c8 (-15 %); at K=4 c8 occupancy -12..-33 %.
+DEFAULT_TIME_SCALE = 2.0
 
 
 @dataclass
