@@ -61,8 +61,30 @@ def main() -> None:
                 f"{m['interactivity'] or 0:10.1f} {m['throughput_per_gpu'] or 0:9.0f} "
                 f"{m['preemptions'] or 0:7.0f} {m['waiting_mean'] or 0:7.1f}"
             )
+    check_targets(first)
     if not same:
         sys.exit("determinism broken: two runs differ")
+
+
+def check_targets(runs: dict[str, list[dict]]) -> None:
+    """The calibrated MTP3 arms against the published series (occupancy +-10 %, rest +-15 %)."""
+    from harness.sim.calibrate import load_targets
+
+    limits = {"occupancy": 0.10, "interactivity": 0.15, "throughput_per_gpu": 0.15}
+    misses = 0
+    print(f"{'arm':12} {'point':5} {'metric':20} {'published':>9} {'sim':>9} {'error':>7}")
+    for target in load_targets():
+        sim = {p["label"]: p["metrics"] for p in runs[target.profile]}
+        for label, published in target.points.items():
+            for metric, value in published.items():
+                err = sim[label][metric] / value - 1.0
+                flag = "" if abs(err) <= limits[metric] else "  MISSES TARGET"
+                misses += bool(flag)
+                print(
+                    f"{target.profile:12} {label:5} {metric:20} {value:9.1f} "
+                    f"{sim[label][metric]:9.1f} {100 * err:+6.1f}%{flag}"
+                )
+    print(f"points outside the targets: {misses}")
 
 
 if __name__ == "__main__":

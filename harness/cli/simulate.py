@@ -136,7 +136,15 @@ def simulate(
     show_default=True,
     help="GPU to calibrate (only the published figure's GPU is accepted).",
 )
-def calibrate(out: Path, max_evals: int, model: str, gpu: str) -> None:
+@click.option(
+    "--start",
+    "start",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Start the fit from this calibration's values [default: sim.md's values, "
+    "after a scan of prefill_eff].",
+)
+def calibrate(out: Path, max_evals: int, model: str, gpu: str, start: Path | None) -> None:
     """Fit six bounded parameters to the blog's two MTP3 series; predict all four arms."""
     from harness.errors import ConfigError
     from harness.sim import calibrate as cal
@@ -149,8 +157,11 @@ def calibrate(out: Path, max_evals: int, model: str, gpu: str) -> None:
             "another model or GPU can be fitted to them"
         )
     targets = cal.load_targets()
-    params, rows, evals = cal.fit(targets, max_evals=max_evals, echo=click.echo)
-    cal.write_calibration(out, params, rows, evals)
+    begin = None
+    if start is not None:
+        begin = {**cal.START, **load_calibration(start).params}
+    params, rows, evals = cal.fit(targets, max_evals=max_evals, start=begin, echo=click.echo)
+    cal.write_calibration(out, params, rows, evals, start=start)
     click.echo(f"wrote {out} ({evals} evaluations)")
     click.echo(" ".join(f"{k}={v:g}" for k, v in params.items()))
     for r in rows:

@@ -38,17 +38,19 @@ FITTED = (
     "acceptance_length",
     "step_overhead_ms",
     "miss_rate",
-    "hbm_eff",
     "host_bytes_scale",
+    "kv_gib_per_gpu",
 )
+# Starting values: sim.md 5 (efficiencies, acceptance 2.8, 20 % misses), sim.md 3 (656 B FP8 row
+# with scales vs the calculator's 576 B), the calculator's KV budget (17.8 GiB/GPU).
 START = {
     "prefill_eff": 0.4,
     "acceptance_length": 2.8,
     "step_overhead_ms": 0.0,
     "miss_rate": 0.2,
-    "hbm_eff": 0.8,
     "host_bytes_scale": 656 / 576,
-}  # sim.md 3, 5
+    "kv_gib_per_gpu": 17.8,
+}
 WEIGHTS = {"occupancy": 2.0, "interactivity": 1.0, "throughput_per_gpu": 1.0}
 METRICS = tuple(WEIGHTS)
 
@@ -58,6 +60,8 @@ class Target:
     profile: str
     series: str
     points: dict[str, dict[str, float]]  # label -> metric -> published value
+    dataset: str | None = None  # None: the blog-shaped workload
+    overrides: tuple[str, ...] = ()  # profile overrides (tests use reduced sweeps)
 
 
 def load_targets(path: Path = PUBLISHED) -> list[Target]:
@@ -75,11 +79,15 @@ def load_targets(path: Path = PUBLISHED) -> list[Target]:
 
 
 def predict(
-    profile_name: str, params: dict[str, float], dataset: str | None = None, calibration: Any = None
+    profile_name: str,
+    params: dict[str, float],
+    dataset: str | None = None,
+    calibration: Any = None,
+    overrides: tuple[str, ...] = (),
 ) -> dict[str, dict[str, float | None]]:
     from harness.serve.profiles import load_profile
 
-    prof = load_profile(profile_name)
+    prof = load_profile(profile_name, overrides)
     setup = setup_from_profile(prof, calibration, params)
     res = simulate_points(setup, load_workload(dataset), prof.sweep, gpus=max(prof.gpus, 1))
     return {rec.label: dict(rec.metrics) for rec, _ in res}
@@ -88,7 +96,7 @@ def predict(
 def errors(targets: list[Target], params: dict[str, float]) -> list[dict[str, Any]]:
     rows = []
     for target in targets:
-        sim = predict(target.profile, params)
+        sim = predict(target.profile, params, target.dataset, overrides=target.overrides)
         for label, published in target.points.items():
             for metric, value in published.items():
                 got = sim.get(label, {}).get(metric)
@@ -114,29 +122,38 @@ def loss(rows: list[dict[str, Any]]) -> float:
     return total
 
 
-def _scale(x: list[float]) -> dict[str, float]:
+def _scale(x: list[float], names: tuple[str, ...]) -> dict[str, float]:
     out = {}
-    for name, v in zip(FITTED, x):
+    for name, v in zip(names, x, strict=True):
         low, high = FIT_PARAMS[name]
-        out[name] = low + min(1.0, max(0.0, v)) * (high - low)
+        out[name] = float(low + min(1.0, max(0.0, float(v))) * (high - low))
     return out
 
 
-def _unscale(params: dict[str, float]) -> list[float]:
-    return [(params[n] - FIT_PARAMS[n][0]) / (FIT_PARAMS[n][1] - FIT_PARAMS[n][0]) for n in FITTED]
+def _unscale(params: dict[str, float], names: tuple[str, ...]) -> list[float]:
+    return [(params[n] - FIT_PARAMS[n][0]) / (FIT_PARAMS[n][1] - FIT_PARAMS[n][0]) for n in names]
 
 
 def fit(
-    targets: list[Target], *, max_evals: int = 150, echo: Callable[[str], None] = print
+    targets: list[Target],
+    *,
+    max_evals: int = 150,
+    names: tuple[str, ...] = FITTED,
+    start: dict[str, float] | None = None,
+    echo: Callable[[str], None] = print,
 ) -> tuple[dict[str, float], list[dict], int]:
+    """Best parameters (rounded), their error rows, and the number of simulated sweeps."""
     from scipy.optimize import minimize
 
+    if len(names) > 6:
+        raise ConfigError(f"at most six fitted parameters, got {len(names)}: {', '.join(names)}")
     evals = 0
-    best: tuple[float, dict[str, float]] = (math.inf, dict(START))
+    begin = dict(START if start is None else start)
+    best: tuple[float, dict[str, float]] = (math.inf, {n: begin[n] for n in names})
 
     def objective(x: list[float]) -> float:
         nonlocal evals, best
-        params = _scale(list(x))
+        params = _scale(list(x), names)
         value = loss(errors(targets, params))
         evals += 1
         if value < best[0]:
@@ -147,12 +164,15 @@ def fit(
             )
         return value
 
-    start = dict(START)
-    scan = [
-        (objective(_unscale({**start, "prefill_eff": p})), p) for p in (0.03, 0.05, 0.08, 0.15, 0.4)
-    ]
-    start["prefill_eff"] = min(scan)[1]
-    x0 = _unscale(start)
+    if (
+        start is None and "prefill_eff" in names
+    ):  # a decade of plausible values: scan it before the simplex
+        scan = [
+            (objective(_unscale({**begin, "prefill_eff": p}, names)), p)
+            for p in (0.03, 0.05, 0.08, 0.15, 0.4)
+        ]
+        begin["prefill_eff"] = min(scan)[1]
+    x0 = _unscale(begin, names)
     simplex = [x0] + [
         [v + (0.12 if i == j else 0.0) for j, v in enumerate(x0)] for i in range(len(x0))
     ]
@@ -161,16 +181,22 @@ def fit(
         objective,
         x0,
         method="Nelder-Mead",
-        bounds=[(0.0, 1.0)] * len(FITTED),
+        bounds=[(0.0, 1.0)] * len(names),
         options={
-            "maxfev": max(1, max_evals - len(scan)),
+            "maxfev": max(1, max_evals - evals),
             "initial_simplex": simplex,
             "xatol": 1e-3,
             "fatol": 1e-4,
         },
     )
-    params = {k: round(v, 6) for k, v in best[1].items()}
+    params = {k: round(float(v), 6) for k, v in best[1].items()}
     return params, errors(targets, params), evals
+
+
+def _start_info(start: Path | None) -> Any:
+    if start is None:
+        return {"from": "sim.md 3/5 values (START), prefill_eff scanned", "params": START}
+    return {"from": str(start), "params": yaml.safe_load(start.read_text("utf-8"))["params"]}
 
 
 def _git_commit() -> str | None:
@@ -188,14 +214,23 @@ def _git_commit() -> str | None:
 
 
 def write_calibration(
-    path: Path, params: dict[str, float], rows: list[dict], evals: int, published: Path = PUBLISHED
+    path: Path,
+    params: dict[str, float],
+    rows: list[dict],
+    evals: int,
+    published: Path = PUBLISHED,
+    start: Path | None = None,
 ) -> None:
     data = {
         "schema": CALIBRATION_SCHEMA,
         "model": TARGET_MODEL,
         "gpu": TARGET_GPU,
         "params": params,
-        "fixed": {"pcie_eff": "roofline default (sim.md 5: ~50-55 of 64 GB/s for bulk copies)"},
+        "fixed": {
+            "pcie_eff": "roofline default 0.8 (sim.md 5: ~50-55 of 64 GB/s for bulk copies)",
+            "hbm_eff": "roofline default 0.8 (sim.md 5: use ~0.8 of 4.8 TB/s)",
+            "frontend_us_per_token": "roofline default 2.0 (estimate: tokenizer + template)",
+        },
         "provenance": {
             "fitted_to": str(published.relative_to(REPO_ROOT)),
             "fitted_to_sha256": hashlib.sha256(published.read_bytes()).hexdigest(),
@@ -205,6 +240,7 @@ def write_calibration(
             "loss": "sum of w x log(simulated / published)^2, w = "
             + ", ".join(f"{k} {v}" for k, v in WEIGHTS.items()),
             "evaluations": evals,
+            "start": _start_info(start),
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "harness_version": __version__,
             "git_commit": _git_commit(),

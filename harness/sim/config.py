@@ -251,29 +251,7 @@ def setup_from_profile(
     """The engine setup for a loaded `harness.serve.profiles.Profile` on `gpu` (default h200)."""
     where = f"profile {profile.name} ({profile.source})"
     serve = dict(profile.serve)
-    for key, value in serve.items():
-        if key not in MODELLED and key not in NO_EFFECT:
-            raise ConfigError(
-                f"{where}: serve.{key}: {value!r}: the simulator does not model this option"
-            )
-    model = find_model_for(profile.model)
-    if model is None:
-        raise ConfigError(
-            f"{where}: model: {profile.model!r} has no model file in "
-            "launch/models (the simulator sizes KV from it)"
-        )
-    if calibration is not None and gpu is not None and calibration.gpu != gpu:
-        raise ConfigError(
-            f"{calibration.path}: calibrated for GPU {calibration.gpu!r}, not {gpu!r}; refusing it"
-        )
-    gpu = gpu or (calibration.gpu if calibration else DEFAULT_GPU)
-    if calibration is not None and calibration.model != model.name:
-        raise ConfigError(
-            f"{calibration.path}: calibrated for model {calibration.model!r}, "
-            f"the profile serves {model.name!r}; refusing it"
-        )
-    gf = gpu_facts(gpu, where)
-    cf = compute_facts(model.name, where)
+    model, gpu = _check_inputs(profile, serve, calibration, gpu, where)
     tp = _int(where, "serve.tensor-parallel-size", serve.get("tensor-parallel-size", 1))
     dp = _int(where, "serve.data-parallel-size", serve.get("data-parallel-size", 1))
     if dp != 1:
@@ -281,14 +259,16 @@ def setup_from_profile(
     if profile.gpus != tp:
         raise ConfigError(f"{where}: gpus: {profile.gpus} differs from TP {tp} (DP1)")
     spec = _spec_tokens(where, serve)
-    cpu_bytes = _connector(where, serve)
-    host_gib = _host_pool_gib(where, serve)
     dtype = serve.get("kv-cache-dtype", "fp8")
     if dtype not in model.kv_layouts:
         raise ConfigError(f"{where}: serve.kv-cache-dtype: {dtype!r} not in {model.source_file}")
-    util = serve.get("gpu-memory-utilization", model.gpu_memory_utilization)
     max_seqs = _int(where, "serve.max-num-seqs", serve.get("max-num-seqs", 256))
-    kv_override = calibration.kv_gib_per_gpu if calibration else None
+    fitted = dict(calibration.params) if calibration else {}
+    fitted.update(params or {})
+    kv_override = fitted.pop("kv_gib_per_gpu", None)
+    if kv_override is None and calibration is not None:
+        kv_override = calibration.kv_gib_per_gpu
+    host_gib = _host_pool_gib(where, serve)
     try:
         dep = make_deployment(
             model,
@@ -298,65 +278,19 @@ def setup_from_profile(
             kv_dtype=dtype,
             max_seqs=max_seqs,
             spec_tokens=spec if host_gib is not None else None,
-            gpu_memory_utilization=util,
+            gpu_memory_utilization=serve.get(
+                "gpu-memory-utilization", model.gpu_memory_utilization
+            ),
             kv_gib_per_gpu=kv_override,
         )
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
-    arch = model.architecture
-    rows = mtp_hot_rows(spec, arch.index_topk) if spec else model.default_hot_rows
-    lim = capacity_at(dep, model.block_tokens.baseline, rows)
-    layout = model.layout(dtype)
-    bt = model.block_tokens
-    policy_args: dict[str, Any] = {}
-    if host_gib is not None:
-        policy, pool = "hisparse", lim.gpu_pool
-        indexer_block = layout.indexer_bytes_per_token_layer * arch.indexer_full_layers * bt.gpu
-        policy_args = {
-            "latent_units": math.ceil(dep.host_block_bytes / dep.hisparse_block_bytes),
-            "indexer_units": model.indexer_pages_per_block,
-            "lease_units": lim.hot_per_request + lim.resident_per_request,
-            "host_blocks": math.floor(host_gib * GIB / dep.host_block_bytes),
-            "indexer_cpu_blocks": (cpu_bytes or 0) // tp // indexer_block,
-            "indexer_block_bytes": indexer_block,
-        }
-    elif cpu_bytes is not None:
-        policy, pool = "offload", lim.baseline_pool
-        policy_args = {
-            "cpu_blocks": cpu_bytes // tp // dep.baseline_block_bytes,
-            "block_bytes": dep.baseline_block_bytes,
-        }
-    else:
-        policy, pool = "gpu", lim.baseline_pool
+    rows = mtp_hot_rows(spec, model.architecture.index_topk) if spec else model.default_hot_rows
+    policy, pool, policy_args = _pools(dep, rows, host_gib, _connector(where, serve))
     if "num-gpu-blocks-override" in serve:
         pool = _int(where, "serve.num-gpu-blocks-override", serve["num-gpu-blocks-override"])
-    fitted = dict(calibration.params) if calibration else {}
-    fitted.update(params or {})
-    roof = Roofline(
-        tp=tp,
-        hbm_tbps=gf.hbm_tbps,
-        fp8_tflops=gf.fp8_tflops,
-        pcie_gbps=gf.pcie_gbps,
-        allreduce_ms=2 * arch.num_layers * gf.allreduce_us_per_layer / 1000.0,
-        mtp_draft_ms=cf.mtp_draft_ms,
-        shared_gib=model.weights.shared_gib,
-        routed_gib=model.weights.routed_experts_gib,
-        ep_shards=tp,
-        n_experts=arch.n_routed_experts,
-        experts_per_token=cf.experts_per_token,
-        active_params=cf.active_params,
-        row_bytes=layout.host_block_bytes // bt.host,
-        indexer_row_bytes=layout.indexer_bytes_per_token_layer * arch.indexer_full_layers,
-        attn_flops_per_row=2.0
-        * arch.num_attention_heads
-        * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim)
-        * arch.num_layers,
-        indexer_flops_per_row=2.0
-        * arch.index_n_heads
-        * arch.index_head_dim
-        * arch.indexer_full_layers,
-        spec_tokens=spec,
-    )
+    roof = _roofline(model, dtype, gpu_facts(gpu, where), compute_facts(model.name, where), tp)
+    roof.spec_tokens = spec
     for key, value in fitted.items():
         if key not in FIT_PARAMS:
             raise ConfigError(
@@ -391,4 +325,101 @@ def setup_from_profile(
         policy_args=policy_args,
         served_model_name=profile.served_model_name,
         facts=facts,
+    )
+
+
+def _check_inputs(
+    profile: Any,
+    serve: dict[str, Any],
+    calibration: Calibration | None,
+    gpu: str | None,
+    where: str,
+) -> tuple[ModelSpec, str]:
+    for key, value in serve.items():
+        if key not in MODELLED and key not in NO_EFFECT:
+            raise ConfigError(
+                f"{where}: serve.{key}: {value!r}: the simulator does not model this option"
+            )
+    model = find_model_for(profile.model)
+    if model is None:
+        raise ConfigError(
+            f"{where}: model: {profile.model!r} has no model file in "
+            "launch/models (the simulator sizes KV from it)"
+        )
+    if calibration is not None and gpu is not None and calibration.gpu != gpu:
+        raise ConfigError(
+            f"{calibration.path}: calibrated for GPU {calibration.gpu!r}, not {gpu!r}; refusing it"
+        )
+    if calibration is not None and calibration.model != model.name:
+        raise ConfigError(
+            f"{calibration.path}: calibrated for model {calibration.model!r}, "
+            f"the profile serves {model.name!r}; refusing it"
+        )
+    return model, gpu or (calibration.gpu if calibration else DEFAULT_GPU)
+
+
+def _pools(
+    dep: Any, rows: int, host_gib: float | None, cpu_bytes: int | None
+) -> tuple[str, int, dict[str, Any]]:
+    """Policy name, GPU pool units and policy sizes, all from the capacity model."""
+    model, tp = dep.model, dep.tp
+    lim = capacity_at(dep, model.block_tokens.baseline, rows)
+    layout = model.layout(dep.kv_dtype)
+    if host_gib is not None:
+        indexer_block = (
+            layout.indexer_bytes_per_token_layer
+            * model.architecture.indexer_full_layers
+            * model.block_tokens.gpu
+        )
+        return (
+            "hisparse",
+            lim.gpu_pool,
+            {
+                "latent_units": math.ceil(dep.host_block_bytes / dep.hisparse_block_bytes),
+                "indexer_units": model.indexer_pages_per_block,
+                "lease_units": lim.hot_per_request + lim.resident_per_request,
+                "host_blocks": math.floor(host_gib * GIB / dep.host_block_bytes),
+                "indexer_cpu_blocks": (cpu_bytes or 0) // tp // indexer_block,
+                "indexer_block_bytes": indexer_block,
+            },
+        )
+    if cpu_bytes is not None:
+        return (
+            "offload",
+            lim.baseline_pool,
+            {
+                "cpu_blocks": cpu_bytes // tp // dep.baseline_block_bytes,
+                "block_bytes": dep.baseline_block_bytes,
+            },
+        )
+    return "gpu", lim.baseline_pool, {}
+
+
+def _roofline(model: ModelSpec, dtype: str, gf: Any, cf: Any, tp: int) -> Roofline:
+    arch, bt = model.architecture, model.block_tokens
+    layout = model.layout(dtype)  # type: ignore[arg-type]
+    return Roofline(
+        tp=tp,
+        hbm_tbps=gf.hbm_tbps,
+        fp8_tflops=gf.fp8_tflops,
+        pcie_gbps=gf.pcie_gbps,
+        allreduce_ms=2 * arch.num_layers * gf.allreduce_us_per_layer / 1000.0,
+        mtp_draft_ms=cf.mtp_draft_ms,
+        shared_gib=model.weights.shared_gib,
+        routed_gib=model.weights.routed_experts_gib,
+        ep_shards=tp,
+        n_experts=arch.n_routed_experts,
+        experts_per_token=cf.experts_per_token,
+        active_params=cf.active_params,
+        row_bytes=layout.host_block_bytes // bt.host,
+        indexer_row_bytes=layout.indexer_bytes_per_token_layer * arch.indexer_full_layers,
+        attn_flops_per_row=2.0
+        * arch.num_attention_heads
+        * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim)
+        * arch.num_layers,
+        indexer_flops_per_row=2.0
+        * arch.index_n_heads
+        * arch.index_head_dim
+        * arch.indexer_full_layers,
+        spec_tokens=0,
     )

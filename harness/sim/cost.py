@@ -59,7 +59,11 @@ FIT_PARAMS: dict[str, tuple[float, float]] = {
     # Bytes of one offloaded block in the served layout / the calculator's block bytes: the
     # FP8 row with scales is 656 B, not 576 (sim.md 3), and cache groups may be padded.
     "host_bytes_scale": (1.0, 2.0),
+    # KV budget per GPU, GiB: the calculator's 17.8 (15 GiB runtime reserve) up to the
+    # roofline estimate 33.6 (6 GiB reserve); vLLM's start-up log states the real one (sim.md 3).
+    "kv_gib_per_gpu": (15.0, 34.0),
 }
+CONFIG_PARAMS = ("kv_gib_per_gpu",)  # applied when the pools are sized, not in the step cost
 
 
 @dataclass
@@ -91,6 +95,11 @@ class Roofline:
     acceptance_length: float = 2.8
     step_overhead_ms: float = 0.0
     host_bytes_scale: float = 1.0
+    # Not fitted: time before the engine sees a request (HTTP, chat template, tokenising the
+    # whole re-sent history), per prompt token. Estimate: ~1 us/token for a fast tokenizer plus
+    # as much again for templating and the API server (sim.md 2: the gauge reads below the
+    # client's in-flight count for this reason).
+    frontend_us_per_token: float = 2.0
 
     def pcie_bytes_per_s(self) -> float:
         return self.pcie_gbps * 1e9 * self.pcie_eff

@@ -9,6 +9,7 @@ The engine persists across the points of a run, as a real server does (prefix ca
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -16,6 +17,7 @@ from harness.client.scrape import Sample
 from harness.sim.client import PointClient
 from harness.sim.cost import StepStats, step_stats
 from harness.sim.policies import Channel, GpuOnly
+from harness.sim.request import Request
 from harness.sim.scheduler import Scheduler
 
 
@@ -55,6 +57,8 @@ class Engine:
         self.hisparse_rows = 0.0
         self.hisparse_misses = 0.0
         self.rid_next = 0
+        self.frontend_s_per_token = float(getattr(cost, "frontend_us_per_token", 0.0)) * 1e-6
+        self.pending: list[tuple[float, int, Request]] = []  # (enters the engine, rid, req)
         h2d = getattr(self.policy, "h2d", None)
         if isinstance(h2d, Channel):
             h2d.bytes_per_s = cost.pcie_bytes_per_s()
@@ -66,16 +70,18 @@ class Engine:
         sched = self.scheduler
         client.rid_base = self.rid_next
         start = self.now
+        samples = self._scrape(start)  # the harness scrapes once before the client starts
         for req in client.start(start):
-            sched.add(req)
-        samples = self._scrape(start)
+            self._submit(req)
         next_scrape = start + scrape_interval
         width = sched.mtp.verify_width
         steps = 0
         while not client.done:
+            self._admit_pending()
             batch = sched.schedule(self.now)
             if not batch:
-                wake = sched.next_load_done()
+                wakes = [t for t in (sched.next_load_done(), self._next_pending()) if t is not None]
+                wake = min(wakes) if wakes else None
                 if wake is None or wake <= self.now:
                     raise RuntimeError(
                         f"simulator stalled at t={self.now:.3f}s: nothing runs and nothing "
@@ -101,11 +107,23 @@ class Engine:
             for req in sched.update(batch, end):
                 nxt = client.on_finish(req, end)
                 if nxt is not None:
-                    sched.add(nxt)
+                    self._submit(nxt)
         samples += self._scrape(self.now)
         self.rid_next = client.rid_base + client._rid
         self.steps += steps
         return PointResult(start, self.now, samples, steps)
+
+    def _submit(self, req: Request) -> None:
+        """The client sent `req`; the engine's queue sees it after the frontend's work."""
+        ready = req.arrival + req.prompt * self.frontend_s_per_token
+        heapq.heappush(self.pending, (ready, req.rid, req))
+
+    def _admit_pending(self) -> None:
+        while self.pending and self.pending[0][0] <= self.now:
+            self.scheduler.add(heapq.heappop(self.pending)[2])
+
+    def _next_pending(self) -> float | None:
+        return self.pending[0][0] if self.pending else None
 
     # ------------------------------------------------------------------ metrics
     def gauges(self) -> dict[str, float]:

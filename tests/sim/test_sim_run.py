@@ -88,3 +88,43 @@ def test_a_smaller_kv_pool_lowers_occupancy_and_raises_waiting(small, tmp_path):
     t, r = tight.points[1].metrics, roomy.points[1].metrics
     assert t["occupancy"] <= 2.0 < r["occupancy"]
     assert t["waiting_mean"] > r["waiting_mean"]
+
+
+def test_frontend_time_delays_each_turn_by_its_prompt_length(small):
+    from dataclasses import replace
+
+    from harness.profiles import load_profile
+    from harness.sim.config import setup_from_profile
+    from harness.sim.run import load_workload, simulate_points
+
+    prof = load_profile("offload512", [*SETS, "sweep.points=[[1,2]]"])
+    setup = setup_from_profile(prof)
+    slow = replace(setup, roofline=replace(setup.roofline, frontend_us_per_token=10.0))
+    fast = replace(setup, roofline=replace(setup.roofline, frontend_us_per_token=0.0))
+    wl = load_workload(str(small))
+    (a, _), (b, _) = (simulate_points(s, wl, prof.sweep, gpus=8)[0] for s in (slow, fast))
+    # One request at a time: every TTFT grows by prompt x 10 us, i.e. the mean by
+    # mean prompt (the client's avg input tokens) x 10 us.
+    extra_ms = a.client.mean_ttft_ms - b.client.mean_ttft_ms
+    assert extra_ms == pytest.approx(a.client.avg_input_tokens * 10e-3, rel=1e-6)
+
+
+def test_claims_and_dashboard_read_simulated_blog_sweeps(tmp_path):
+    """The blog's five points on a reduced workload: claims get values, the page says simulated."""
+    from harness.claims import run_claims
+    from harness.dashboard import write_report
+
+    recipe = tmp_path / "blogish.yaml"
+    recipe.write_text(
+        "number: 128\nnum_turns: 2\nfirst_turn_length: 6000\nsubsequent_turn_length: 300\n"
+    )
+    sets = ["sweep.scrape_interval_s=2"]
+    runs = [
+        run_simulation(arm, dataset=str(recipe), overrides=sets, out=tmp_path, run_id=arm)
+        for arm in ("hisparse384", "offload512")
+    ]
+    results, _ = run_claims(runs)
+    applied = [r for r in results if r.status != "skipped"]
+    assert applied and all(r.left is not None for r in applied), [r.detail for r in applied]
+    page = write_report(runs, out=tmp_path / "report.html")
+    assert "hisparse384 · simulated" in page.read_text(encoding="utf-8")

@@ -1,0 +1,60 @@
+"""The calibration machinery: it recovers known parameters, and it only fits MTP3 targets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.sim import calibrate as cal
+from harness.sim.config import load_calibration
+
+SETS = ("sweep.points=[[1,2],[4,6]]", "sweep.dataset_offset=0", "sweep.scrape_interval_s=2")
+
+
+def test_fit_recovers_the_parameters_that_made_the_targets(tmp_path: Path):
+    recipe = tmp_path / "small.yaml"
+    recipe.write_text(
+        "number: 8\nnum_turns: 2\nfirst_turn_length: 20000\nsubsequent_turn_length: 400\n"
+    )
+    truth = {"prefill_eff": 0.1, "acceptance_length": 2.2}
+    made = cal.predict("hisparse384", truth, str(recipe), overrides=SETS)
+    points = {label: {m: m_[m] for m in cal.METRICS} for label, m_ in made.items()}
+    target = cal.Target("hisparse384", "synthetic", points, str(recipe), SETS)
+    params, rows, evals = cal.fit([target], max_evals=60, names=tuple(truth), echo=lambda _: None)
+    assert evals <= 60
+    assert params["prefill_eff"] == pytest.approx(0.1, rel=0.05)
+    assert params["acceptance_length"] == pytest.approx(2.2, rel=0.03)
+    assert max(abs(r["rel_error"]) for r in rows) < 0.03
+
+
+def test_targets_are_the_two_mtp3_series_only():
+    targets = cal.load_targets()
+    assert sorted(t.profile for t in targets) == ["hisparse384", "offload512"]
+    assert all("MTP3" in t.series for t in targets)
+    assert all(set(t.points) == {"c1", "c8", "c16", "c24", "c32"} for t in targets)
+
+
+def test_more_than_six_parameters_are_refused():
+    with pytest.raises(Exception, match="at most six"):
+        cal.fit([], names=(*cal.FITTED, "hbm_eff"))
+
+
+def test_written_calibration_loads_with_provenance(tmp_path: Path):
+    out = tmp_path / "c.yaml"
+    rows = [
+        {
+            "profile": "hisparse384",
+            "label": "c1",
+            "metric": "occupancy",
+            "target": 1.0,
+            "simulated": 1.0,
+            "rel_error": 0.0,
+        }
+    ]
+    cal.write_calibration(out, {"prefill_eff": 0.05}, rows, 3)
+    loaded = load_calibration(out)
+    assert (loaded.model, loaded.gpu, loaded.params) == ("glm-5.3", "h200", {"prefill_eff": 0.05})
+    prov = yaml.safe_load(out.read_text())["provenance"]
+    assert prov["fitted_to"] == "launch/published/glm53-blog.yaml" and prov["evaluations"] == 3
