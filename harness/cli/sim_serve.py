@@ -44,8 +44,8 @@ def sim() -> None:
     "--calibration",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
-    help="Simulator calibration [default: launch/calibrations/glm53-h200.yaml if "
-    "present, else roofline defaults].",
+    help="Simulator calibration, e.g. launch/calibrations/glm53-h200.yaml "
+    "[default: roofline defaults, as repro simulate].",
 )
 @click.option(
     "--set",

@@ -93,7 +93,7 @@ def test_a_smaller_kv_pool_lowers_occupancy_and_raises_waiting(small, tmp_path):
 def test_frontend_time_delays_each_turn_by_its_prompt_length(small):
     from dataclasses import replace
 
-    from harness.profiles import load_profile
+    from harness.serve.profiles import load_profile
     from harness.sim.config import setup_from_profile
     from harness.sim.run import load_workload, simulate_points
 
@@ -111,8 +111,8 @@ def test_frontend_time_delays_each_turn_by_its_prompt_length(small):
 
 def test_claims_and_dashboard_read_simulated_blog_sweeps(tmp_path):
     """The blog's five points on a reduced workload: claims get values, the page says simulated."""
-    from harness.claims import run_claims
-    from harness.dashboard import write_report
+    from harness.gate.claims import run_claims
+    from harness.report.dashboard import write_report
 
     recipe = tmp_path / "blogish.yaml"
     recipe.write_text(

@@ -10,10 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.paths import REPO_ROOT
 from harness.sim.serve.faults import Faults, FaultState
 
-DEFAULT_CALIBRATION = REPO_ROOT / "launch" / "calibrations" / "glm53-h200.yaml"
 SIM_DEFAULT_DATASET = "openhands-offline"  # the blog-shaped offline recipe (tiny tokenizer)
 # bench_simserve (loaded 2-core machine): at K=2 interactivity within 5 % of offline at every
 # point, occupancy within 8 % except c8 (-15 %); at K=4 c8 occupancy -12..-33 %.
@@ -102,9 +100,9 @@ def build_state(opts: ServeOptions) -> Any:
         raise ConfigError(f"--time-scale {opts.time_scale!r}: must be > 0")
     serve_sets, params = split_overrides(opts.overrides)
     prof = load_profile(opts.profile, serve_sets)
+    # As `repro simulate`: roofline defaults unless a calibration is named, so that the HTTP
+    # and the offline paths of one workload run the same engine.
     cal_path = opts.calibration
-    if cal_path is None and DEFAULT_CALIBRATION.is_file():
-        cal_path = DEFAULT_CALIBRATION
     cal = load_calibration(cal_path) if cal_path else None
     setup = setup_from_profile(prof, cal, params)
     if opts.reasoning_field and not prof.serve.get("reasoning-parser"):
