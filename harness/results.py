@@ -298,6 +298,9 @@ class RunManifest(_Record):
     finished_at: float | None = None
     harness_version: str
     engine: Literal["vllm", "url", "sim"]
+    # engine sim over HTTP: virtual time ran K x faster than the wall clock; client-side times
+    # in the points are already multiplied back by K (None: real time)
+    time_scale: float | None = None
     base_url: str
     profile_name: str
     profile: dict[str, Any]  # fully resolved profile (after extends and overrides)

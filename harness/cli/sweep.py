@@ -96,6 +96,30 @@ def register(group: click.Group) -> None:
     is_flag=True,
     help="Count the points even when the profile's coherence check fails (recorded in the run).",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm", "sim"]),
+    default="vllm",
+    show_default=True,
+    help="vllm: launch the profile's build; sim: serve the simulated engine over HTTP "
+    "(no GPUs; default dataset openhands-offline).",
+)
+@click.option(
+    "--time-scale",
+    "time_scale",
+    type=float,
+    default=None,
+    metavar="K",
+    help="--engine sim: virtual time runs K x faster than the wall clock; client times are "
+    "multiplied back by K [default: 2].",
+)
+@click.option(
+    "--sim-arg",
+    "sim_args",
+    multiple=True,
+    metavar="ARG",
+    help="--engine sim: extra `repro sim serve` argument, e.g. --sim-arg=--fail-rate=0.01.",
+)
 @click.option("--no-report", is_flag=True, help="Skip the HTML report and the figures at the end.")
 def sweep(
     profile: str | None,
@@ -111,6 +135,9 @@ def sweep(
     only_points: str | None,
     port: int | None,
     allow_incoherent: bool,
+    engine: str,
+    time_scale: float | None,
+    sim_args: tuple[str, ...],
     no_report: bool,
 ) -> None:
     """Run the c1..c32 sweep: launch the profile's vLLM build (or attach to --url), build or reuse
@@ -124,6 +151,7 @@ def sweep(
       repro sweep --profile cpu-tiny --set serve.num-gpu-blocks-override=16 --repeats 3
       repro sweep --profile cpu-tiny --url http://127.0.0.1:8000 --points c1,c8
       repro sweep --resume results/cpu-tiny-20260101-000000
+      repro sweep --profile hisparse384 --engine sim --time-scale 4
     """
     if profile is None and resume is None:
         raise click.UsageError("Missing option '--profile' (or --resume RUN_DIR to continue a run)")
@@ -147,6 +175,9 @@ def sweep(
         only_points=[only_points] if only_points else None,
         port=port,
         allow_incoherent=allow_incoherent,
+        engine=engine,
+        time_scale=time_scale,
+        sim_args=sim_args,
     )
     run_dir = run_sweep(request)
     if not dry_run and not no_report:

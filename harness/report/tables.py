@@ -140,6 +140,12 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str) if value else "–"
 
 
+def _scale(m: Any) -> str:
+    """The simulated engine's time scale: client times were multiplied back by it."""
+    k = getattr(m, "time_scale", None)
+    return f" (simulated, time scale K={k:g}; client times x K)" if k else ""
+
+
 def provenance(run: Run) -> list[tuple[str, str, bool]]:
     """(key, text, preformatted) rows of the provenance panel."""
     m = run.manifest
@@ -151,7 +157,7 @@ def provenance(run: Run) -> list[tuple[str, str, bool]]:
         ("status", m.status, False),
         ("created / finished", f"{when(m.created_at)} / {when(m.finished_at)}", False),
         ("profile", m.profile_name, False),
-        ("engine / URL", f"{m.engine} · {m.base_url}", False),
+        ("engine / URL", f"{m.engine}{_scale(m)} · {m.base_url}", False),
         ("serve command", shlex.join(m.serve_command) if m.serve_command else "– (attached)", True),
         ("overrides", " ".join(m.overrides) or "–", True),
         ("build", _pretty(m.build), True),

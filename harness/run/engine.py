@@ -1,7 +1,8 @@
 """The server a sweep drives: the protocol every engine implements, and which one to start.
 
-Engines: `vllm` (a build + profile the harness launches and owns) and `url` (a server someone
-else runs). The checks that need no run directory (a malformed or dead `--url`, a busy port,
+Engines: `vllm` (a build + profile the harness launches and owns), `sim` (the simulated engine
+served over HTTP, `harness.sim.serve`, launched and owned the same way) and `url` (a server
+someone else runs). The checks that need no run directory (a malformed or dead `--url`, a busy port,
 too few GPUs) run here before the run directory exists, so a mistake leaves nothing behind.
 """
 
@@ -13,8 +14,9 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from harness.errors import ServerError
+from harness.serve.attached import AttachedServer
 from harness.serve.profiles import Profile
-from harness.serve.server import AttachedServer, VllmServer, port_is_free, require_gpus
+from harness.serve.server import VllmServer, port_is_free, require_gpus
 
 Echo = Callable[[str], None]
 
@@ -37,8 +39,11 @@ class Server(Protocol):
     def provenance(self) -> dict[str, Any]: ...
 
 
-def engine_name(url: str | None) -> str:
-    return "url" if url else "vllm"
+ENGINES = ("vllm", "sim")
+
+
+def engine_name(url: str | None, engine: str = "vllm") -> str:
+    return "url" if url else engine
 
 
 def check_url(url: str) -> str:
@@ -53,7 +58,9 @@ def check_url(url: str) -> str:
     return url
 
 
-def check_before_run(profile: Profile, *, url: str | None, port: int | None) -> None:
+def check_before_run(
+    profile: Profile, *, url: str | None, port: int | None, engine: str = "vllm"
+) -> None:
     """Everything that can fail before a run directory is created."""
     if url:
         check_url(url)
@@ -66,13 +73,43 @@ def check_before_run(profile: Profile, *, url: str | None, port: int | None) -> 
             f"port {use_port} on {profile.host} is busy; pick another with --port, "
             "or stop what is listening there"
         )
-    require_gpus(profile)
+    if engine != "sim":  # the simulated engine needs no GPU
+        require_gpus(profile)
 
 
 def start_server(
-    profile: Profile, *, log_path: Path, url: str | None, echo: Echo, port: int | None = None
+    profile: Profile,
+    *,
+    log_path: Path,
+    url: str | None,
+    echo: Echo,
+    port: int | None = None,
+    engine: str = "vllm",
+    sim: dict[str, Any] | None = None,
 ) -> Server:
-    """Attach to `url`, or launch the profile's vLLM build and wait until it is ready."""
+    """Attach to `url`, or launch the profile's vLLM build (or the simulated engine, with `sim`:
+    time_scale, dataset, args, overrides) and wait until it is ready."""
+    if engine == "sim" and not url:
+        from harness.sim.serve.process import SimServer
+
+        opts = sim or {}
+        echo(
+            f"starting the simulated engine for profile {profile.name} "
+            f"(time scale {opts.get('time_scale')}); log: {log_path}"
+        )
+        sim_server = SimServer(
+            profile,
+            log_path=log_path,
+            port=port,
+            echo=echo,
+            time_scale=float(opts.get("time_scale") or 1.0),
+            dataset=opts.get("dataset"),
+            extra_args=opts.get("args", ()),
+            overrides=opts.get("overrides", ()),
+        )
+        sim_server.start()
+        echo(f"sim server ready at {sim_server.base_url}")
+        return sim_server
     if url:
         attached = AttachedServer(url)
         if not attached.alive():

@@ -36,6 +36,37 @@ from harness.run.plan import PlannedPoint
 from harness.serve.profiles import SweepSpec
 
 
+def rescale_client(client: ClientSummary | None, k: float) -> ClientSummary | None:
+    """Client-side times x K, rates / K: the simulated server ran K x faster than real time."""
+    if client is None or k == 1.0:
+        return client
+    data = client.model_dump()
+    for key in ("duration_s", "mean_latency_s", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms"):
+        if data.get(key) is not None:
+            data[key] *= k
+    for key in ("request_throughput", "output_throughput", "total_throughput"):
+        if data.get(key) is not None:
+            data[key] /= k
+    data["raw"] = {**data.get("raw", {}), "repro_time_scale": k}
+    return ClientSummary.model_validate(data)
+
+
+def rescale_percentiles(rows: list[dict[str, Any]] | None, k: float) -> list[dict[str, Any]]:
+    """Percentile rows with times x K and per-request rates / K."""
+    if not rows or k == 1.0:
+        return list(rows or [])
+    times = ("Latency (s)", "TTFT (ms)", "ITL (ms)", "TPOT (ms)")
+    rates = ("Output (tok/s)", "Total (tok/s)", "Decode (tok/s)")
+    out = []
+    for row in rows:
+        new = dict(row)
+        for key in times + rates:
+            if isinstance(new.get(key), int | float):
+                new[key] = new[key] * k if key in times else new[key] / k
+        out.append(new)
+    return out
+
+
 def warm_up(
     base_url: str,
     model: str,
@@ -94,6 +125,7 @@ def measure(
     args: ClientArgs,
     spec: SweepSpec,
     progress: Progress,
+    time_scale: float = 1.0,
 ) -> Measurement:
     """Warm up, then run the client with the scraper polling; samples.csv is written here."""
     pdir = layout.point_dir(plan.point_id)
@@ -115,7 +147,8 @@ def measure(
         extra=args.extra_args,
         timeout_s=min(spec.point_timeout_s, 600.0),
     )
-    scraper = Scraper(f"{server.base_url}/metrics", spec.scrape_interval_s)
+    # The scrape period is virtual time too: K x faster keeps the samples per point.
+    scraper = Scraper(f"{server.base_url}/metrics", spec.scrape_interval_s / time_scale)
     scraper.scrape_now()  # start sample: after the warm-up, before the first request
     scraper.start()
     log_path = pdir / "client.log"
@@ -186,9 +219,21 @@ def run_point(
     gpus: int,
     progress: Progress,
     expected_turn_tokens: int | None = None,
+    time_scale: float = 1.0,
 ) -> PointRecord:
-    """Run one point against a live server and return its (not yet written) record."""
-    m = measure(plan, layout=layout, server=server, args=args, spec=spec, progress=progress)
+    """Run one point against a live server and return its (not yet written) record.
+
+    `time_scale` K (engine sim): the server's clock ran K x faster, so the client's times are
+    multiplied by K (rates divided) before any metric is derived."""
+    m = measure(
+        plan,
+        layout=layout,
+        server=server,
+        args=args,
+        spec=spec,
+        progress=progress,
+        time_scale=time_scale,
+    )
     child, notes, reasons = m.child, list(m.notes), []
     if child.timed_out:
         reasons.append(f"client timed out after {spec.point_timeout_s:.0f}s (process group killed)")
@@ -205,13 +250,18 @@ def run_point(
         client = read_summary(ev_dir)
     except ReproError as exc:
         reasons.append(str(exc))
+    client = rescale_client(client, time_scale)
+    if time_scale != 1.0:
+        notes.append(
+            f"simulated engine at time scale {time_scale:g}: client times x {time_scale:g}"
+        )
     sentinels = list(client.sentinels) if client is not None else []
     reasons += client_reasons(client, number=plan.number, turns=turns, sentinels=sentinels)
     timings = read_requests(ev_dir)
     derived = derive_point_metrics(
         m.samples,
         client=client,
-        percentiles=read_percentiles(ev_dir),
+        percentiles=rescale_percentiles(read_percentiles(ev_dir), time_scale),
         requests=timings,
         parallel=plan.parallel,
         gpus=gpus,

@@ -48,7 +48,7 @@ from harness.results import (
     write_summary,
 )
 from harness.run.console import Progress, point_line, print_plan, summary_table
-from harness.run.engine import Server, check_before_run, engine_name, start_server
+from harness.run.engine import ENGINES, Server, check_before_run, engine_name, start_server
 from harness.run.inputs import (
     DatasetFacts,
     effective_turns,
@@ -85,8 +85,19 @@ class SweepRequest:
     only_points: Sequence[str] | None = None
     port: int | None = None
     allow_incoherent: bool = False  # count the points even when the coherence check fails
+    engine: str = "vllm"  # vllm | sim (the simulated engine over HTTP)
+    time_scale: float | None = None  # engine sim: virtual time K x faster than the wall clock
+    sim_args: Sequence[str] = ()  # engine sim: extra `repro sim serve` arguments (faults, ...)
 
     def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ConfigError(f"--engine {self.engine!r}: expected one of {', '.join(ENGINES)}")
+        if self.engine != "sim" and (self.time_scale is not None or self.sim_args):
+            raise ConfigError("--time-scale and --sim-arg apply to --engine sim only")
+        if self.engine == "sim" and self.url:
+            raise ConfigError("--engine sim launches the simulated server; --url attaches to one")
+        if self.time_scale is not None and not self.time_scale > 0:
+            raise ConfigError(f"--time-scale {self.time_scale!r}: must be > 0")
         if self.run_id is not None and not RUN_ID.fullmatch(self.run_id):
             raise ConfigError(
                 f"--run-id {self.run_id!r}: a run id is one path component of letters, digits "
@@ -110,6 +121,9 @@ class Target:
     explicit_id: bool = False  # --run-id given: never add a suffix
     manifest: RunManifest | None = None  # set when resuming
     stale_server_pgid: int | None = None
+    engine: str = "vllm"
+    time_scale: float = 1.0
+    sim_args: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -181,6 +195,9 @@ def _resolve_resume(request: SweepRequest) -> Target:
         run_dir=run_dir,
         manifest=manifest,
         stale_server_pgid=int(pgid) if pgid and group_alive(int(pgid)) else None,
+        engine="sim" if manifest.engine == "sim" else "vllm",
+        time_scale=manifest.time_scale or 1.0,
+        sim_args=list((manifest.launch or {}).get("sim_args") or []),
     )
 
 
@@ -189,7 +206,10 @@ def resolve(request: SweepRequest) -> Target:
         return _resolve_resume(request)
     if request.profile is None:
         raise ConfigError("a sweep needs --profile (or --resume RUN_DIR)")
-    prof = _load_profile(request.profile, request.overrides)
+    profile_sets = [o for o in request.overrides if not o.startswith("sim.")]
+    if request.engine != "sim" and len(profile_sets) != len(request.overrides):
+        raise ConfigError("--set sim.PARAM=VALUE applies to --engine sim only")
+    prof = _load_profile(request.profile, profile_sets)
     rid = request.run_id or f"{prof.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
     run_dir = Path(request.out or results_dir()) / rid
     if request.run_id and run_dir.exists() and not request.dry_run:
@@ -203,10 +223,29 @@ def resolve(request: SweepRequest) -> Target:
         url=request.url,
         port=request.port,
         repeats=request.repeats,
-        dataset_spec=str(request.dataset or prof.sweep.dataset),
+        dataset_spec=str(request.dataset or _default_dataset(prof, request.engine)),
         run_dir=run_dir,
         explicit_id=bool(request.run_id),
+        engine=request.engine,
+        time_scale=float(request.time_scale or _default_time_scale(request.engine)),
+        sim_args=list(request.sim_args),
     )
+
+
+def _default_dataset(prof: Profile, engine: str) -> str:
+    if engine == "sim":  # the GLM recipes need the hub's tokenizer; the sim runs offline
+        from harness.sim.serve.server import SIM_DEFAULT_DATASET
+
+        return SIM_DEFAULT_DATASET
+    return prof.sweep.dataset
+
+
+def _default_time_scale(engine: str) -> float:
+    if engine != "sim":
+        return 1.0
+    from harness.sim.serve.server import DEFAULT_TIME_SCALE
+
+    return DEFAULT_TIME_SCALE
 
 
 def _create_run_dir(run_dir: Path, *, explicit: bool) -> Path:
@@ -251,7 +290,8 @@ def _new_manifest(target: Target, ds: DatasetFacts, planned: list[PlannedPoint])
         status="running",
         created_at=time.time(),
         harness_version=__version__,
-        engine=engine_name(target.url),  # type: ignore[arg-type]
+        engine=engine_name(target.url, target.engine),  # type: ignore[arg-type]
+        time_scale=target.time_scale if target.engine == "sim" else None,
         base_url=target.url or f"http://{prof.host}:{target.port or prof.port}",
         profile_name=prof.name,
         profile=profile_dump,
@@ -371,9 +411,10 @@ def _run_points(
     points = list(sweep.finished.values())
     todo = [p for p in sweep.planned if p.point_id not in sweep.finished]
     progress = Progress(echo)
+    k = target.time_scale
     for index, plan in enumerate(todo):
         if index:
-            time.sleep(spec.sleep_between_points_s)
+            time.sleep(spec.sleep_between_points_s / k)
         if not alive(server):
             if target.url:
                 raise ServerError(f"{target.url}: server not reachable before {plan.point_id}")
@@ -395,6 +436,7 @@ def _run_points(
             gpus=sweep.manifest.gpus,
             progress=progress,
             expected_turn_tokens=expected_turn,
+            time_scale=k,
         )
         if not alive(server) and not target.url:
             echo(f"  server died during {plan.point_id}: restarting")
@@ -431,8 +473,20 @@ def _drive(sweep: Sweep, fail_fast: bool, echo: Echo) -> None:
 
         previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
+        sim = {
+            "time_scale": target.time_scale,
+            "dataset": str(sweep.ds.path) if sweep.ds.path else target.dataset_spec,
+            "args": target.sim_args,
+            "overrides": [o for o in target.overrides if o.startswith("sim.")],
+        }
         server = start_server(
-            target.profile, log_path=layout.server_log, url=target.url, echo=echo, port=target.port
+            target.profile,
+            log_path=layout.server_log,
+            url=target.url,
+            echo=echo,
+            port=target.port,
+            engine=target.engine,
+            sim=sim,
         )
         model = getattr(server, "served_model_name", None) or target.profile.served_model_name
         args = _client_args(target, sweep.ds, model, server.base_url)
@@ -488,10 +542,15 @@ def run_sweep(request: SweepRequest, *, echo: Echo = click.echo) -> Path:
     target = resolve(request)
     coherence = plan_check(target.profile) if target.profile.coherence else None
     if not request.dry_run:
-        check_before_run(target.profile, url=target.url, port=target.port)
+        check_before_run(target.profile, url=target.url, port=target.port, engine=target.engine)
         # the machine against the profile (RAM for pinned pools, disk, build, hub): one line per
         # failing check before a build, a dataset or a server costs anything
-        for check in require_ready(target.profile, url=target.url, port=target.port):
+        preflight = (
+            []
+            if target.engine == "sim"
+            else require_ready(target.profile, url=target.url, port=target.port)
+        )
+        for check in preflight:
             if check.status == "warn":
                 echo(f"preflight: {check.line()}")
     ds = inspect_dataset(target.dataset_spec, build=not request.dry_run)

@@ -31,27 +31,21 @@ import requests
 from harness.errors import ServerError
 from harness.paths import cache_dir
 from harness.serve.builds import BuildEnv, ensure_build, get_build, nvidia_gpu_count
+from harness.serve.http import live_facts, loopback_session
 from harness.serve.lifeline import GroupGuard, guard_group
 from harness.serve.profiles import Profile, load_profile, render_serve_command
 from harness.serve.provenance import (
-    cache_config_labels,
     host_facts,
     kv_capacity_lines,
     relevant_env,
 )
 
-__all__ = ["AttachedServer", "VllmServer", "host_facts", "serve_until_signalled"]
+__all__ = ["VllmServer", "host_facts", "serve_until_signalled"]
 
 POLL_S = 0.5
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 OFFLOAD_MMAP_GLOB = "/dev/shm/vllm_offload_*.mmap"
 _LIVE: set[VllmServer] = set()  # strong refs: a dropped server object must still be stopped
-
-
-def _http() -> requests.Session:
-    session = requests.Session()
-    session.trust_env = False  # never route loopback through a proxy from the environment
-    return session
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,7 +311,7 @@ class VllmServer:
         assert self._proc is not None
         t0 = time.monotonic()
         deadline = t0 + self.profile.ready_timeout_s
-        http = _http()
+        http = loopback_session()
         stage = "health"
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -410,7 +404,7 @@ class VllmServer:
         except OSError:
             log_text = ""
         record["kv_capacity"] = kv_capacity_lines(log_text)
-        record.update(_live_facts(self.base_url) if self.alive() else {})
+        record.update(live_facts(self.base_url) if self.alive() else {})
         return record
 
     # -- stop -------------------------------------------------------------------------------
@@ -458,73 +452,6 @@ class VllmServer:
     def restart(self) -> None:
         self.stop()
         self.start()
-
-
-def _live_facts(base_url: str) -> dict[str, Any]:
-    """/version and the vllm:cache_config_info labels from a running server."""
-    http = _http()
-    facts: dict[str, Any] = {}
-    try:
-        facts["version"] = http.get(f"{base_url}/version", timeout=5).json()
-    except (requests.RequestException, ValueError):
-        facts["version"] = None
-    try:
-        facts["cache_config_info"] = cache_config_labels(
-            http.get(f"{base_url}/metrics", timeout=10).text
-        )
-    except (requests.RequestException, ValueError):
-        facts["cache_config_info"] = []
-    return facts
-
-
-class AttachedServer:
-    """A server someone else runs (`--url`); the harness never starts or stops it."""
-
-    def __init__(self, url: str):
-        base = url.rstrip("/").removesuffix("/v1")
-        if not base.startswith(("http://", "https://")):
-            raise ServerError(f"--url {url!r}: expected http://host:port")
-        self.base_url = base
-        self.command: list[str] = []
-        self.pid: int | None = None
-        self._served: str | None = None
-
-    @property
-    def served_model_name(self) -> str:
-        if self._served is None:
-            try:
-                models = _http().get(f"{self.base_url}/v1/models", timeout=10).json()
-                self._served = models["data"][0]["id"]
-            except (requests.RequestException, ValueError, KeyError, IndexError) as exc:
-                raise ServerError(f"{self.base_url}/v1/models: no served model ({exc})") from exc
-        return self._served
-
-    def alive(self) -> bool:
-        try:
-            return _http().get(f"{self.base_url}/health", timeout=5).status_code == 200
-        except requests.RequestException:
-            return False
-
-    def start(self) -> AttachedServer:
-        return self
-
-    def stop(self) -> None:
-        """Not ours to stop."""
-
-    def restart(self) -> None:
-        raise ServerError(f"{self.base_url}: an attached server cannot be restarted by repro")
-
-    def log_tail(self, lines: int = 40) -> str:
-        return ""
-
-    def provenance(self) -> dict[str, Any]:
-        record: dict[str, Any] = {"engine": "url", "base_url": self.base_url}
-        try:
-            record["models"] = _http().get(f"{self.base_url}/v1/models", timeout=10).json()
-        except (requests.RequestException, ValueError):
-            record["models"] = None
-        record.update(_live_facts(self.base_url))
-        return record
 
 
 @atexit.register

@@ -18,6 +18,7 @@ import requests
 
 from harness.errors import ServerError
 from harness.serve import server as server_mod
+from harness.serve.attached import AttachedServer
 from harness.serve.builds import BuildEnv
 from harness.serve.profiles import load_profile
 from harness.serve.provenance import (
@@ -26,7 +27,7 @@ from harness.serve.provenance import (
     kv_capacity_lines,
     relevant_env,
 )
-from harness.serve.server import AttachedServer, VllmServer, free_port, group_and_descendants
+from harness.serve.server import VllmServer, free_port, group_and_descendants
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_vllm.py"
 

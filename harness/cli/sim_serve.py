@@ -1,0 +1,130 @@
+"""CLI wiring for `repro sim serve` (logic in harness.sim.serve)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+def register(group: click.Group) -> None:
+    group.add_command(sim)
+
+
+@click.group("sim")
+def sim() -> None:
+    """The simulated engine as a server (real clients drive it)."""
+
+
+@sim.command("serve")
+@click.option("--profile", required=True, metavar="NAME", help="Serve profile to simulate.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option(
+    "--time-scale",
+    "time_scale",
+    default=None,
+    type=float,
+    metavar="K",
+    help="Virtual time runs K x faster than the wall clock [default: 2].",
+)
+@click.option(
+    "--dataset",
+    default=None,
+    metavar="RECIPE|FILE",
+    help="Dataset whose tokenizer counts prompts [default: openhands-offline].",
+)
+@click.option(
+    "--tokenizer",
+    default=None,
+    metavar="SPEC",
+    help="Tokenizer spec (overrides the dataset's), e.g. tiny:tokenizer.",
+)
+@click.option(
+    "--calibration",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Simulator calibration, e.g. launch/calibrations/glm53-h200.yaml "
+    "[default: roofline defaults, as repro simulate].",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="serve. profile override, or sim.PARAM=VALUE (repeatable).",
+)
+@click.option(
+    "--reasoning-field",
+    is_flag=True,
+    help="Stream the reply as delta.reasoning (vLLM with a reasoning parser).",
+)
+@click.option("--fail-rate", default=0.0, type=float, help="Fraction of requests -> HTTP 500.")
+@click.option(
+    "--truncate-rate",
+    default=0.0,
+    type=float,
+    help="Fraction of streams cut after half their tokens.",
+)
+@click.option(
+    "--metrics-hang-after",
+    default=None,
+    type=float,
+    metavar="S",
+    help="/metrics stops answering S wall seconds after start.",
+)
+@click.option(
+    "--die-after",
+    default=None,
+    type=float,
+    metavar="S",
+    help="The process exits (code 3) S wall seconds after start.",
+)
+@click.option(
+    "--faults-after",
+    default=0.0,
+    type=float,
+    metavar="S",
+    help="Request faults start S wall seconds after start.",
+)
+def serve_cmd(
+    profile: str,
+    host: str,
+    port: int,
+    time_scale: float | None,
+    dataset: str | None,
+    tokenizer: str | None,
+    calibration: Path | None,
+    overrides: tuple[str, ...],
+    reasoning_field: bool,
+    fail_rate: float,
+    truncate_rate: float,
+    metrics_hang_after: float | None,
+    die_after: float | None,
+    faults_after: float,
+) -> None:
+    """Serve PROFILE's simulated engine: /health, /v1/models, /v1/chat/completions, /metrics.
+
+    Times inside the engine are virtual; a client measuring wall time must multiply by K.
+    """
+    from harness.sim.serve.faults import Faults
+    from harness.sim.serve.server import DEFAULT_TIME_SCALE, ServeOptions, serve
+
+    faults = Faults(
+        fail_rate=fail_rate,
+        truncate_rate=truncate_rate,
+        metrics_hang_after_s=metrics_hang_after,
+        die_after_s=die_after,
+        after_s=faults_after,
+    )
+    opts = ServeOptions(
+        profile=profile,
+        overrides=overrides,
+        dataset=dataset,
+        tokenizer=tokenizer,
+        calibration=calibration,
+        time_scale=time_scale or DEFAULT_TIME_SCALE,
+        reasoning_field=reasoning_field,
+        faults=faults,
+    )
+    serve(opts, host=host, port=port, echo=click.echo)

@@ -1,0 +1,269 @@
+"""The simulated engine live: one thread advances it in virtual time, K x faster than the wall.
+
+Loop: take the requests that arrived -> `schedule()` -> step time from the cost model -> sleep
+until the wall clock reaches the step's end (virtual end / K) -> apply the step -> hand every
+request its new tokens. Idle, the virtual clock follows the wall clock (v = K x wall since
+start), so a request arriving after a pause starts at its arrival instant. When the thread cannot
+keep up (a step's end is already past on the wall clock) it does not sleep; the lag is counted
+(`lag_s`), because the client then sees times stretched by it.
+
+Prefix identity: each request's prompt is matched against the full-block hash chains of earlier
+requests (prompt + generated tokens, as vLLM caches them); the conversation a first block
+belongs to is the engine's prefix-cache key, and the matched block count caps the engine's hit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.sim.cost import step_stats
+from harness.sim.engine import Engine
+from harness.sim.request import Request
+from harness.sim.serve.tokens import Prompt
+
+# A request's events: ("tokens", n) after a step that emitted n tokens, ("done", None) at the end.
+Emit = Callable[[list[tuple["Handle", str, Any]]], None]
+
+
+@dataclass
+class Handle:
+    """One request as the HTTP side sees it; `sink` receives its events on the event loop."""
+
+    req: Request
+    prompt: Prompt
+    sink: Any = None  # set by the server: an asyncio.Queue
+    sent: int = 0  # tokens already handed out
+    cached_tokens: int = 0
+    tpot_s: float | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+
+
+@dataclass
+class _Conv:
+    conv: int
+    hashes: list[bytes] = field(default_factory=list)
+
+
+class PrefixIndex:
+    """First-block hash -> conversation id, and that conversation's cached hash chain."""
+
+    def __init__(self) -> None:
+        self._by_first: dict[bytes, _Conv] = {}
+        self._next = 0
+
+    def match(self, hashes: list[bytes]) -> tuple[int, int]:
+        """(conversation id, leading blocks equal to its cached chain)."""
+        if not hashes:
+            self._next += 1
+            return -self._next, 0  # no full block: nothing to share
+        entry = self._by_first.get(hashes[0])
+        if entry is None:
+            entry = _Conv(len(self._by_first))
+            self._by_first[hashes[0]] = entry
+            return entry.conv, 0
+        n = 0
+        for a, b in zip(hashes, entry.hashes, strict=False):
+            if a != b:
+                break
+            n += 1
+        return entry.conv, n
+
+    def store(self, hashes: list[bytes]) -> None:
+        if hashes:
+            entry = self._by_first.setdefault(hashes[0], _Conv(len(self._by_first)))
+            entry.hashes = hashes
+
+
+class LiveEngine:
+    """Drives `engine` from a background thread; `submit` is thread-safe."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        time_scale: float,
+        emit: Emit,
+        on_finish: Callable[[Handle], None] | None = None,
+    ) -> None:
+        if not time_scale > 0:
+            raise ValueError(f"time scale {time_scale!r}: must be > 0")
+        self.engine = engine
+        self.sched = engine.scheduler
+        self.k = float(time_scale)
+        self.emit = emit
+        self.on_finish = on_finish
+        self.lock = threading.Lock()  # held while the engine state changes (and by /metrics)
+        self._wake = threading.Condition(threading.Lock())
+        self._inbox: list[Handle] = []
+        self._handles: dict[int, Handle] = {}
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.wall0 = time.monotonic()
+        self.lag_s = 0.0  # virtual seconds the engine fell behind the wall clock, in total
+        self.prefix = PrefixIndex()
+        self._rid = 0
+        self._cap_hits()
+
+    def _cap_hits(self) -> None:
+        """A prompt that diverges from the cached history hits only its matching blocks."""
+        policy = self.engine.policy
+        whole = policy.max_hit_blocks
+
+        def capped(req: Request) -> int:
+            limit = getattr(req, "match_blocks", None)
+            n = whole(req)
+            return n if limit is None else min(n, limit)
+
+        policy.max_hit_blocks = capped  # type: ignore[method-assign]
+
+    # ------------------------------------------------------------------ clock
+    def virtual_now(self) -> float:
+        return (time.monotonic() - self.wall0) * self.k
+
+    def wall_at(self, virtual: float) -> float:
+        return self.wall0 + virtual / self.k
+
+    # ------------------------------------------------------------------ API
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="sim-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stop = True
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def submit(self, prompt: Prompt, max_tokens: int, sink: Any = None) -> Handle:
+        with self._wake:
+            conv, matched = self.prefix.match(prompt.block_hashes)
+            rid = self._rid
+            self._rid += 1
+            req = Request(rid, conv, 1, prompt.tokens, max_tokens, 0.0)
+            req.match_blocks = matched  # type: ignore[attr-defined]
+            handle = Handle(req, prompt, sink)
+            self._inbox.append(handle)
+            self._wake.notify()
+        return handle
+
+    def abort(self, handle: Handle) -> None:
+        """The client went away: drop the request wherever it is (vLLM aborts it)."""
+        with self.lock:
+            req = handle.req
+            if req.rid not in self._handles:
+                return
+            del self._handles[req.rid]
+            if req in self.sched.running:
+                self.sched.running.remove(req)
+                self.engine.policy.release(req)
+            elif req in self.sched.waiting:
+                self.sched.waiting.remove(req)
+                if req.blocks:
+                    self.engine.policy.release(req)
+
+    # ------------------------------------------------------------------ the loop
+    def _admit_arrivals(self) -> None:
+        with self._wake:
+            arrivals, self._inbox = self._inbox, []
+        if not arrivals:
+            return
+        eng = self.engine
+        eng.now = max(eng.now, self.virtual_now())
+        for h in arrivals:
+            h.req.arrival = eng.now
+            self._handles[h.req.rid] = h
+            self.sched.add(h.req)
+
+    def _idle_wait(self, until_virtual: float | None) -> None:
+        with self._wake:
+            if self._inbox or self._stop:
+                return
+            timeout = (
+                0.5 if until_virtual is None else self.wall_at(until_virtual) - time.monotonic()
+            )
+            if timeout > 0:
+                self._wake.wait(timeout)
+
+    def _sleep_until(self, virtual: float) -> None:
+        delay = self.wall_at(virtual) - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        elif delay < -0.001:
+            self.lag_s += -delay * self.k
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException:  # noqa: BLE001 - an engine that died must take the server down
+            # as vLLM's API server exits when its engine core dies: the sweep sees a dead server
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(70)
+
+    def _loop(self) -> None:
+        eng, sched = self.engine, self.sched
+        width = sched.mtp.verify_width
+        while not self._stop:
+            with self.lock:
+                self._admit_arrivals()
+                batch = sched.schedule(eng.now)
+            if not batch:
+                wake = sched.next_load_done()
+                self._idle_wait(wake)
+                with self.lock:
+                    if wake is not None and not self._inbox:
+                        eng.now = max(eng.now, min(wake, self.virtual_now()))
+                continue
+            stats = step_stats(batch, topk=eng.topk, verify_width=width)
+            end = eng.now + eng.cost.step_time(stats)
+            self._sleep_until(end)
+            with self.lock:
+                self._apply(batch, stats, end)
+
+    def _apply(self, batch: list[Any], stats: Any, end: float) -> None:
+        eng = self.engine
+        if stats.offloaded_rows:
+            eng.hisparse_rows += stats.offloaded_rows
+            eng.hisparse_misses += stats.offloaded_rows * eng.miss_rate
+        eng.now = end
+        eng.steps += 1
+        finished = self.sched.update(batch, end)
+        events: list[tuple[Handle, str, Any]] = []
+        for item in batch:
+            h = self._handles.get(item.req.rid)
+            if h is None:
+                continue
+            new = item.req.out - h.sent
+            if new > 0:
+                if h.sent == 0:
+                    h.cached_tokens = item.req.cached_at_start
+                h.sent = item.req.out
+                events.append((h, "tokens", new))
+        for req in finished:
+            h = self._handles.pop(req.rid, None)
+            if h is None:
+                continue
+            first = req.first_token_at if req.first_token_at is not None else end
+            h.ttft_s = first - req.arrival
+            h.e2e_s = end - req.arrival
+            h.tpot_s = (end - first) / (req.out - 1) if req.out > 1 else None
+            h.cached_tokens = req.cached_at_start
+            if self.on_finish is not None:
+                self.on_finish(h)
+            events.append((h, "done", None))
+        if events:
+            self.emit(events)
+
+    def remember_output(self, h: Handle, output_hashes: list[bytes]) -> None:
+        """The cached history of a finished request: its prompt + generated full blocks."""
+        with self._wake:
+            self.prefix.store(output_hashes)

@@ -1,0 +1,137 @@
+"""`SimServer`: the simulated server with a vLLM server's lifecycle (the run layer's `Server`).
+
+It reuses `VllmServer`'s life: own session/process group, readiness (/health, /v1/models listing
+the served name, one warm-up completion), log file, teardown SIGINT -> SIGTERM -> SIGKILL over
+the group, atexit stop. Only the command differs: `python -m harness.cli sim serve ...`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ServerError
+from harness.paths import REPO_ROOT
+from harness.serve.profiles import Profile
+from harness.serve.server import _LIVE, VllmServer, host_facts, port_is_free
+
+SIM_READY_TIMEOUT_S = 900.0  # a first start encodes the dataset (~1 min on 2 busy cores)
+
+
+class SimServer(VllmServer):
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        log_path: Path,
+        time_scale: float,
+        dataset: str | None = None,
+        port: int | None = None,
+        echo: Callable[[str], None] | None = None,
+        extra_args: Sequence[str] = (),
+        overrides: Sequence[str] = (),
+    ) -> None:
+        sim_profile = profile.model_copy(update={"ready_timeout_s": SIM_READY_TIMEOUT_S})
+        super().__init__(
+            sim_profile, log_path=log_path, port=port, echo=echo, stop_timeouts=(10.0, 5.0, 5.0)
+        )
+        self.time_scale = float(time_scale)
+        self.dataset = dataset
+        self.extra_args = list(extra_args)
+        self.overrides = list(overrides)
+
+    def start(self) -> SimServer:
+        """As VllmServer.start, without the GPU check: the simulated engine needs none."""
+        if self._proc is not None and self._proc.poll() is None:
+            return self
+        if not port_is_free(self.profile.host, self.port):
+            raise ServerError(
+                f"port {self.port} on {self.profile.host} is busy; pick another "
+                "with --port, or stop what is listening there"
+            )
+        try:
+            self._launch()
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def sim_command(self) -> list[str]:
+        cmd = [
+            sys.executable,
+            "-c",
+            "from harness.cli import main; main()",
+            "sim",
+            "serve",
+            "--profile",
+            str(self.profile.source),
+            "--host",
+            self.profile.host,
+            "--port",
+            str(self.port),
+            "--time-scale",
+            f"{self.time_scale:g}",
+        ]
+        if self.dataset:
+            cmd += ["--dataset", self.dataset]
+        for item in self.overrides:  # serve./sweep. for the profile, sim.PARAM for the engine
+            cmd += ["--set", item]
+        return cmd + self.extra_args
+
+    def _launch(self) -> None:
+        self.command = self.sim_command()
+        self._tmpdir = Path(tempfile.mkdtemp(prefix=f"repro-sim-{self.port}-"))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])]
+        )
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        self.env = env
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_handle = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._log_handle.write(f"# repro: {shlex.join(self.command)}\n".encode())
+        self._log_handle.flush()
+        self._started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        self._proc = subprocess.Popen(
+            self.command,
+            stdout=self._log_handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=self._tmpdir,
+            start_new_session=True,
+        )
+        _LIVE.add(self)
+        self.echo(f"sim server pid {self._proc.pid} on {self.base_url}; log {self.log_path}")
+
+    def provenance(self) -> dict[str, Any]:
+        facts = {}
+        for line in reversed(self.log_tail(200).splitlines()):
+            if line.startswith("sim serve: facts "):
+                facts = json.loads(line.removeprefix("sim serve: facts "))
+                break
+        return {
+            "engine": "sim",
+            "profile": self.profile.model_dump(mode="json"),
+            "command": list(self.command),
+            "command_line": shlex.join(self.command),
+            "base_url": self.base_url,
+            "served_model_name": self.served_model_name,
+            "pid": self.pid,
+            "time_scale": self.time_scale,
+            "sim_args": list(self.extra_args),
+            "sim": facts,
+            "host": host_facts(),
+            "started_at": self._started_at,
+            "ready_seconds": self._ready_seconds,
+            "log_path": str(self.log_path),
+        }

@@ -1,0 +1,173 @@
+"""Assemble and run the simulated server: profile -> engine (harness.sim.config) -> HTTP."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ConfigError
+from harness.sim.serve.faults import Faults, FaultState
+
+SIM_DEFAULT_DATASET = "openhands-offline"  # the blog-shaped offline recipe (tiny tokenizer)
+# bench_simserve (loaded 2-core machine): at K=2 interactivity within 5 % of offline at every
+# point, occupancy within 8 % except c8 (-15 %); at K=4 c8 occupancy -12..-33 %.
+DEFAULT_TIME_SCALE = 2.0
+
+
+@dataclass
+class ServeOptions:
+    profile: str
+    overrides: Sequence[str] = ()
+    dataset: str | None = None
+    tokenizer: str | None = None
+    calibration: Path | None = None
+    time_scale: float = DEFAULT_TIME_SCALE
+    reasoning_field: bool = False
+    faults: Faults = field(default_factory=Faults)
+
+
+def tokenizer_for(dataset: str) -> str:
+    """The tokenizer a dataset was built with: its recipe's, or a built JSON's manifest."""
+    path = Path(dataset).expanduser()
+    if path.suffix == ".json":
+        sidecar = path.with_name(path.name + ".manifest.json")
+        try:
+            spec = json.loads(sidecar.read_text(encoding="utf-8"))["tokenizer"]["spec"]
+        except (OSError, KeyError, TypeError, json.JSONDecodeError):
+            raise ConfigError(
+                f"dataset {path}: no manifest {sidecar.name} naming its tokenizer; pass --tokenizer"
+            ) from None
+        return str(spec)
+    from harness.dataset.recipe import load_recipe
+
+    return load_recipe(dataset).tokenizer
+
+
+def _prewarm(counter: Any, dataset: str) -> None:
+    """Encode the dataset's message contents before serving (cached on disk per dataset)."""
+    import hashlib
+    import time
+
+    from harness.dataset import ensure_dataset
+    from harness.paths import cache_dir
+
+    info = ensure_dataset(dataset)
+    texts = []
+    for conv in json.loads(Path(info.path).read_text(encoding="utf-8"))["conversations"]:
+        for turn in conv:
+            texts += [m.get("content") or "" for m in turn.get("messages", [])]
+    tok_key = hashlib.sha256(counter.tok.sha256.encode()).hexdigest()[:16]
+    store = cache_dir() / "sim-serve-tokens" / f"{tok_key}-{str(info.sha256)[:16]}.npz"
+    t0 = time.monotonic()
+    n = counter.prewarm(texts, store)
+    print(
+        f"sim serve: {len(texts)} dataset contents ready ({n} encoded, "
+        f"{time.monotonic() - t0:.1f} s; store {store})",
+        flush=True,
+    )
+
+
+def split_overrides(overrides: Sequence[str]) -> tuple[list[str], dict[str, float]]:
+    """--set serve./sweep. overrides for the profile, sim.PARAM=VALUE for the engine."""
+    serve, params = [], {}
+    for text in overrides:
+        if not text.startswith("sim."):
+            serve.append(text)
+            continue
+        key, sep, value = text.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {text!r}: expected sim.KEY=VALUE")
+        try:
+            params[key.removeprefix("sim.")] = float(value)
+        except ValueError:
+            raise ConfigError(f"--set {text!r}: {value!r} is not a number") from None
+    return serve, params
+
+
+def build_state(opts: ServeOptions) -> Any:
+    from harness.serve.profiles import load_profile
+    from harness.sim.config import load_calibration, setup_from_profile
+    from harness.sim.serve.app import ServeState, dispatcher
+    from harness.sim.serve.live import LiveEngine
+    from harness.sim.serve.metrics import SimMetrics
+    from harness.sim.serve.tokens import PromptCounter
+
+    if not opts.time_scale > 0:
+        raise ConfigError(f"--time-scale {opts.time_scale!r}: must be > 0")
+    serve_sets, params = split_overrides(opts.overrides)
+    prof = load_profile(opts.profile, serve_sets)
+    # As `repro simulate`: roofline defaults unless a calibration is named, so that the HTTP
+    # and the offline paths of one workload run the same engine.
+    cal_path = opts.calibration
+    cal = load_calibration(cal_path) if cal_path else None
+    setup = setup_from_profile(prof, cal, params)
+    if opts.reasoning_field and not prof.serve.get("reasoning-parser"):
+        raise ConfigError(
+            f"--reasoning-field: profile {prof.name} has no reasoning-parser; "
+            "vLLM streams delta.reasoning only with one"
+        )
+    engine = setup.build()
+    spec = opts.tokenizer or tokenizer_for(opts.dataset or SIM_DEFAULT_DATASET)
+    counter = PromptCounter(spec, engine.policy.block_tokens)
+    if opts.dataset or not opts.tokenizer:
+        _prewarm(counter, opts.dataset or SIM_DEFAULT_DATASET)
+    emit_box: list[Any] = []  # the dispatcher needs the state, the state needs the engine
+    live = LiveEngine(
+        engine,
+        time_scale=opts.time_scale,
+        emit=lambda ev: emit_box[0](ev),
+        on_finish=lambda h: metrics.observe(h),
+    )
+    info = {
+        "block_size": str(engine.policy.block_tokens),
+        "num_gpu_blocks": str(setup.pool_units),
+        "enable_prefix_caching": str(setup.prefix_caching),
+        "cache_dtype": "fp8",
+        "sim_policy": setup.policy,
+        "sim_time_scale": str(opts.time_scale),
+    }
+    metrics = SimMetrics(live, engine.labels, info)
+    state = ServeState(
+        live=live,
+        counter=counter,
+        metrics=metrics,
+        model=setup.served_model_name,
+        max_model_len=setup.max_model_len,
+        reasoning_field=opts.reasoning_field,
+        faults=FaultState(opts.faults),
+        pool=ThreadPoolExecutor(max_workers=2, thread_name_prefix="tokenize"),
+    )
+    emit_box.append(dispatcher(state))
+    state.facts = {
+        "profile": prof.name,
+        "policy": setup.policy,
+        "tokenizer": spec,
+        "calibration": str(cal_path) if cal_path else None,
+        "time_scale": opts.time_scale,
+        "params": setup.roofline.fitted(),
+        "setup": setup.facts,
+    }
+    return state
+
+
+def serve(opts: ServeOptions, *, host: str, port: int, echo: Any = print) -> None:
+    """Run until SIGINT/SIGTERM (aiohttp's run_app handles both)."""
+    from aiohttp import web
+
+    from harness.sim.serve.app import make_app
+
+    state = build_state(opts)
+    facts = state.facts
+    echo(
+        f"sim serve: profile {facts['profile']} ({facts['policy']}), time scale "
+        f"{opts.time_scale:g}, tokenizer {facts['tokenizer']}, calibration "
+        f"{facts['calibration'] or 'roofline defaults'}"
+    )
+    echo(f"sim serve: facts {json.dumps(facts, default=str)}")
+    web.run_app(
+        make_app(state), host=host, port=port, print=echo, access_log=None, shutdown_timeout=2.0
+    )

@@ -1,0 +1,167 @@
+"""The simulated server's parts without HTTP: token counting, prefix identity, the live engine,
+fault schedules and the client-time rescaling of the run layer."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from harness.dataset import ensure_dataset
+from harness.errors import ConfigError
+from harness.results import ClientSummary
+from harness.run.point import rescale_client, rescale_percentiles
+from harness.serve.profiles import load_profile
+from harness.sim.config import setup_from_profile
+from harness.sim.serve.faults import Faults, FaultState
+from harness.sim.serve.live import LiveEngine, PrefixIndex
+from harness.sim.serve.tokens import Prompt, PromptCounter, block_hashes
+
+
+@pytest.fixture(scope="module")
+def counter() -> PromptCounter:
+    return PromptCounter("tiny:tokenizer", 64)
+
+
+@pytest.fixture(scope="module")
+def conversation() -> list[dict]:
+    info = ensure_dataset("cpu-tiny")
+    return json.loads(info.path.read_text())["conversations"][0]
+
+
+def test_prompt_ids_equal_one_full_encode_of_the_template(counter, conversation):
+    messages = list(conversation[0]["messages"])
+    first = counter.prompt(messages)
+    assert np.array_equal(first.ids, counter.full_ids(messages))
+    ids, texts = counter.reply(7, 40)
+    reply = "".join(texts)
+    counter.remember(reply, ids)
+    assert np.array_equal(counter.tok.encode([reply])[0], ids)  # replies re-encode to themselves
+    messages += [{"role": "assistant", "content": reply}, *conversation[1]["messages"]]
+    second = counter.prompt(messages)
+    assert np.array_equal(second.ids, counter.full_ids(messages))
+    assert second.tokens > first.tokens + 40
+    # the history's full blocks hash the same: the prefix cache can recognise them
+    assert second.block_hashes[: len(first.block_hashes)] == first.block_hashes
+
+
+def test_block_hashes_chain_and_prefix_index():
+    a = np.arange(300, dtype=np.int32)
+    b = a.copy()
+    b[150] = -1  # diverges in block 2
+    ha, hb = block_hashes(a, 64), block_hashes(b, 64)
+    assert len(ha) == 4 and ha[:2] == hb[:2] and ha[2] != hb[2] and ha[3] != hb[3]
+    assert block_hashes(a, 64, ha[:2]) == ha  # continuing a chain gives the same chain
+    index = PrefixIndex()
+    conv, matched = index.match(ha)
+    assert matched == 0
+    index.store(ha)
+    assert index.match(hb) == (conv, 2)
+    other, matched = index.match(block_hashes(a + 1000, 64))
+    assert other != conv and matched == 0
+    assert index.match([])[1] == 0
+
+
+def test_fault_fractions_are_exact_and_deterministic():
+    state = FaultState(Faults(fail_rate=0.05))
+    fails = [state.fail_request() for _ in range(1000)]
+    again = FaultState(Faults(fail_rate=0.05))
+    assert sum(fails) == 50 and fails == [again.fail_request() for _ in range(1000)]
+    assert not FaultState(Faults(fail_rate=0.5, after_s=3600)).fail_request()
+    with pytest.raises(ConfigError, match="fail-rate"):
+        Faults(fail_rate=1.5)
+
+
+def test_client_times_are_rescaled_by_k():
+    client = ClientSummary(
+        total_requests=4,
+        success_requests=4,
+        failed_requests=0,
+        duration_s=10.0,
+        concurrency=2,
+        request_throughput=0.4,
+        output_throughput=88.0,
+        total_throughput=1000.0,
+        mean_latency_s=5.0,
+        mean_ttft_ms=100.0,
+        mean_tpot_ms=20.0,
+        mean_itl_ms=8.0,
+    )
+    scaled = rescale_client(client, 4.0)
+    assert scaled.duration_s == 40.0 and scaled.mean_tpot_ms == 80.0
+    assert scaled.mean_ttft_ms == 400.0 and scaled.mean_latency_s == 20.0
+    assert scaled.total_throughput == 250.0 and scaled.output_throughput == 22.0
+    assert scaled.raw["repro_time_scale"] == 4.0
+    assert rescale_client(client, 1.0) is client
+    rows = rescale_percentiles([{"Percentiles": "99%", "TPOT (ms)": 30.0, "Total (tok/s)": 8.0}], 2)
+    assert rows == [{"Percentiles": "99%", "TPOT (ms)": 60.0, "Total (tok/s)": 4.0}]
+
+
+def _live(profile: str, k: float) -> tuple[LiveEngine, list]:
+    engine = setup_from_profile(load_profile(profile)).build()
+    events: list = []
+    done = threading.Event()
+
+    def emit(batch):
+        events.extend(batch)
+        if any(kind == "done" for _, kind, _ in batch):
+            done.set()
+
+    live = LiveEngine(engine, time_scale=k, emit=emit)
+    live.done = done  # type: ignore[attr-defined]
+    return live, events
+
+
+def test_live_engine_streams_mtp_chunks_and_recognises_a_prefix():
+    live, events = _live("hisparse384", 200.0)
+    live.start()
+    try:
+        ids = np.arange(5000, dtype=np.int32)
+        first = live.submit(Prompt(ids, block_hashes(ids, 64)), 60)
+        assert live.done.wait(30)
+        chunks = [n for h, kind, n in events if h is first and kind == "tokens"]
+        assert sum(chunks) == 60 and max(chunks) > 1  # several tokens per step under MTP3
+        history = np.concatenate([ids, np.arange(60, dtype=np.int32) + 9000])
+        live.remember_output(first, block_hashes(history, 64))
+        live.done.clear()
+        nxt = np.concatenate([history, np.arange(500, dtype=np.int32) + 20000])
+        second = live.submit(Prompt(nxt, block_hashes(nxt, 64)), 10)
+        assert live.done.wait(30)
+        assert second.cached_tokens == (len(history) // 64) * 64
+        assert first.cached_tokens == 0 and first.tpot_s and first.tpot_s > 0
+    finally:
+        live.stop()
+
+
+def test_live_engine_virtual_clock_runs_k_times_faster():
+    live, _ = _live("hisparse384", 50.0)
+    live.start()
+    try:
+        ids = np.arange(3000, dtype=np.int32)
+        handle = live.submit(Prompt(ids, block_hashes(ids, 64)), 200)
+        import time
+
+        t0 = time.monotonic()
+        assert live.done.wait(30)
+        wall = time.monotonic() - t0
+        virtual = handle.e2e_s
+        # wall ~ virtual / K (plus thread wake-ups); never faster than the virtual clock allows
+        assert virtual / 50.0 <= wall + 1e-3
+        assert wall < virtual / 50.0 + 0.5
+    finally:
+        live.stop()
+
+
+def test_sweep_request_checks_the_engine_options():
+    from harness.run.sweep import SweepRequest
+
+    with pytest.raises(ConfigError, match="--engine"):
+        SweepRequest(profile="hisparse384", engine="gpu")
+    with pytest.raises(ConfigError, match="--engine sim only"):
+        SweepRequest(profile="hisparse384", time_scale=2.0)
+    with pytest.raises(ConfigError, match="must be > 0"):
+        SweepRequest(profile="hisparse384", engine="sim", time_scale=0.0)
+    with pytest.raises(ConfigError, match="--url"):
+        SweepRequest(profile="hisparse384", engine="sim", url="http://127.0.0.1:1")
