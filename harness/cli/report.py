@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from harness.cli.options import path_option
+
 
 def register(group: click.Group) -> None:
     """Add this area's commands to the `repro` group."""
@@ -22,10 +24,9 @@ def register(group: click.Group) -> None:
     metavar="RUN",
     help="Run every ratio is taken against (default: the first RUN); added if not among RUN.",
 )
-@click.option(
+@path_option(
     "--out",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
+    dir_okay=False,
     help="Output .html file (default: dashboards/<run>[-vs-<run>].html or REPRO_DASHBOARDS).",
 )
 @click.option("--title", default=None, help="Page title (default: from the runs' metadata).")
@@ -111,9 +112,9 @@ def compare(a: str, b: str, as_json: bool, tolerance: float | None, include_empt
 
 @click.command()
 @click.argument("runs", nargs=-1, required=True, metavar="RUN...")
-@click.option(
+@path_option(
     "--out",
-    type=click.Path(path_type=Path, dir_okay=False),
+    dir_okay=False,
     required=True,
     help="Output file; .png and .svg need kaleido and Chromium, .html needs nothing.",
 )

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from harness.cli.options import overrides_option, path_option
+
 
 def register(group: click.Group) -> None:
     group.add_command(sim)
@@ -40,20 +42,12 @@ def sim() -> None:
     metavar="SPEC",
     help="Tokenizer spec (overrides the dataset's), e.g. tiny:tokenizer.",
 )
-@click.option(
+@path_option(
     "--calibration",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="Simulator calibration, e.g. launch/calibrations/glm53-h200.yaml "
-    "[default: roofline defaults, as repro simulate].",
+    dir_okay=False,
+    help="Simulator calibration, e.g. launch/calibrations/glm53-h200.yaml [default: roofline defaults, as repro simulate].",
 )
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="serve. profile override, or sim.PARAM=VALUE (repeatable).",
-)
+@overrides_option("serve. profile override, or sim.PARAM=VALUE (repeatable).")
 @click.option(
     "--reasoning-field",
     is_flag=True,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from harness.cli.options import overrides_option, path_option
 from harness.errors import ReproError
 from harness.report.dashboard import write_report
 from harness.report.images import write_run_figures
@@ -39,17 +40,14 @@ def register(group: click.Group) -> None:
     default=None,
     help="Attach to a running OpenAI-compatible server instead of launching one.",
 )
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Parent folder of the run directory (default: results/ or REPRO_RESULTS).",
+@path_option(
+    "--out", help="Parent folder of the run directory (default: results/ or REPRO_RESULTS)."
 )
 @click.option("--run-id", default=None, help="Run directory name (default: <profile>-<UTC time>).")
-@click.option(
+@path_option(
     "--resume",
-    type=click.Path(path_type=Path, exists=True, file_okay=False),
-    default=None,
+    exists=True,
+    file_okay=False,
     help="Continue a partial run from its first unfinished point.",
 )
 @click.option(
@@ -62,13 +60,8 @@ def register(group: click.Group) -> None:
     is_flag=True,
     help="Stop at the first invalid point instead of restarting and continuing.",
 )
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override one profile field for this run: serve.KEY=VALUE or sweep.KEY=VALUE "
-    "(VALUE is YAML; serve.KEY=null removes). Repeatable; recorded in the run.",
+@overrides_option(
+    "Override one profile field for this run: serve.KEY=VALUE or sweep.KEY=VALUE (VALUE is YAML; serve.KEY=null removes). Repeatable; recorded in the run."
 )
 @click.option(
     "--repeats",
@@ -207,12 +200,7 @@ def runs() -> None:
 
 
 @runs.command("list")
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Folder holding run directories (default: results/ or REPRO_RESULTS).",
-)
+@path_option("--out", help="Folder holding run directories (default: results/ or REPRO_RESULTS).")
 def runs_list(out: Path | None) -> None:
     """One line per run: id, status, profile, points (valid/finished/planned), workload key."""
     for line in list_runs(out):
