@@ -282,6 +282,11 @@ class VllmServer:
             remove_stale_offload_files(self.echo)
         self._tmpdir = Path(tempfile.mkdtemp(prefix=f"repro-vllm-{self.port}-"))
         self.env = self._environment()
+        self._spawn("vLLM")
+
+    def _spawn(self, what: str) -> None:
+        """Start `self.command` in its own session, logging to `self.log_path`, under the
+        watchdog that stops its group if the harness dies (even by SIGKILL)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_handle = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._log_handle.write(f"# repro: {shlex.join(self.command)}\n".encode())
@@ -298,7 +303,7 @@ class VllmServer:
         )
         _LIVE.add(self)
         self._guard = guard_group(self._proc.pid, grace_s=self.stop_timeouts[1])
-        self.echo(f"vLLM pid {self._proc.pid} on {self.base_url}; log {self.log_path}")
+        self.echo(f"{what} pid {self._proc.pid} on {self.base_url}; log {self.log_path}")
 
     def _died(self, when: str) -> ServerError:
         code = self._proc.poll() if self._proc else None

@@ -7,11 +7,9 @@ the group, atexit stop. Only the command differs: `python -m harness.cli sim ser
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import shlex
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -21,7 +19,7 @@ from typing import Any
 from harness.errors import ServerError
 from harness.paths import REPO_ROOT
 from harness.serve.profiles import Profile
-from harness.serve.server import _LIVE, VllmServer, host_facts, port_is_free
+from harness.serve.server import VllmServer, host_facts, port_is_free
 
 SIM_READY_TIMEOUT_S = 900.0  # a first start encodes the dataset (~1 min on 2 busy cores)
 
@@ -96,22 +94,7 @@ class SimServer(VllmServer):
         )
         env.setdefault("HF_HUB_OFFLINE", "1")
         self.env = env
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_handle = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self._log_handle.write(f"# repro: {shlex.join(self.command)}\n".encode())
-        self._log_handle.flush()
-        self._started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        self._proc = subprocess.Popen(
-            self.command,
-            stdout=self._log_handle,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=self._tmpdir,
-            start_new_session=True,
-        )
-        _LIVE.add(self)
-        self.echo(f"sim server pid {self._proc.pid} on {self.base_url}; log {self.log_path}")
+        self._spawn("sim server")
 
     def provenance(self) -> dict[str, Any]:
         facts = {}
