@@ -8,6 +8,7 @@ that do not change performance (parsers, names) are listed in `NO_EFFECT`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -424,3 +425,21 @@ def _roofline(model: ModelSpec, dtype: str, gf: Any, cf: Any, tp: int) -> Roofli
         * arch.indexer_full_layers,
         spec_tokens=0,
     )
+
+
+def split_overrides(overrides: Sequence[str]) -> tuple[list[str], dict[str, float]]:
+    """`--set` strings: profile overrides, and `sim.PARAM=number` engine parameters."""
+    """--set serve./sweep. overrides for the profile, sim.PARAM=VALUE for the engine."""
+    serve, params = [], {}
+    for text in overrides:
+        if not text.startswith("sim."):
+            serve.append(text)
+            continue
+        key, sep, value = text.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {text!r}: expected sim.KEY=VALUE")
+        try:
+            params[key.removeprefix("sim.")] = float(value)
+        except ValueError:
+            raise ConfigError(f"--set {text!r}: {value!r} is not a number") from None
+    return serve, params

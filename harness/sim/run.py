@@ -33,7 +33,7 @@ from harness.results import (
 )
 from harness.run.plan import plan_points
 from harness.sim.client import PointClient, Turn, Workload, shaped_workload
-from harness.sim.config import SimSetup, load_calibration, setup_from_profile
+from harness.sim.config import SimSetup, load_calibration, setup_from_profile, split_overrides
 
 BLOG_SHAPE = {
     "number": 128,
@@ -243,17 +243,7 @@ def run_simulation(
     """Simulate a profile's sweep and write its run directory; returns the directory."""
     from harness.serve.profiles import load_profile
 
-    serve_sets = [o for o in overrides if not o.startswith("sim.")]
-    params = {}
-    for text in overrides:
-        if text.startswith("sim."):
-            key, sep, value = text.partition("=")
-            if not sep:
-                raise ConfigError(f"--set {text!r}: expected sim.KEY=VALUE")
-            try:
-                params[key.removeprefix("sim.")] = float(value)
-            except ValueError:
-                raise ConfigError(f"--set {text!r}: {value!r} is not a number") from None
+    serve_sets, params = split_overrides(overrides)
     prof = load_profile(profile_name, serve_sets)
     cal = load_calibration(calibration) if calibration else None
     setup = setup_from_profile(prof, cal, params)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
+from harness.sim.config import load_calibration, setup_from_profile, split_overrides
 from harness.sim.serve.faults import Faults, FaultState
 
 SIM_DEFAULT_DATASET = "openhands-offline"  # the blog-shaped offline recipe (tiny tokenizer)
@@ -71,26 +72,8 @@ def _prewarm(counter: Any, dataset: str) -> None:
     )
 
 
-def split_overrides(overrides: Sequence[str]) -> tuple[list[str], dict[str, float]]:
-    """--set serve./sweep. overrides for the profile, sim.PARAM=VALUE for the engine."""
-    serve, params = [], {}
-    for text in overrides:
-        if not text.startswith("sim."):
-            serve.append(text)
-            continue
-        key, sep, value = text.partition("=")
-        if not sep:
-            raise ConfigError(f"--set {text!r}: expected sim.KEY=VALUE")
-        try:
-            params[key.removeprefix("sim.")] = float(value)
-        except ValueError:
-            raise ConfigError(f"--set {text!r}: {value!r} is not a number") from None
-    return serve, params
-
-
 def build_state(opts: ServeOptions) -> Any:
     from harness.serve.profiles import load_profile
-    from harness.sim.config import load_calibration, setup_from_profile
     from harness.sim.serve.app import ServeState, dispatcher
     from harness.sim.serve.live import LiveEngine
     from harness.sim.serve.metrics import SimMetrics
