@@ -131,6 +131,7 @@ def _recipe_options(command: Callable[..., Any]) -> Callable[..., Any]:
     is_flag=True,
     help="Size --number so that every sweep point replays unused conversations.",
 )
+@click.option("--force", is_flag=True, help="Replace an existing output file and its manifest.")
 @click.option("--sweep-offset", type=int, help="Sweep start offset for --fresh-for-sweep.")
 @click.option(
     "--sweep-numbers",

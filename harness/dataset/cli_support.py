@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.dataset.builder import build_dataset
+from harness.dataset.builder import build_dataset, manifest_path_for
 from harness.dataset.recipe import cli_overrides, load_recipe, make_recipe
 from harness.dataset.rotation import fresh_size, reuse_report
-from harness.errors import ConfigError
+from harness.errors import ConfigError, DatasetError
 
 
 def sweep_from_profile(name: str) -> tuple[int, list[int]]:
@@ -18,6 +19,24 @@ def sweep_from_profile(name: str) -> tuple[int, list[int]]:
 
     profile = load_profile(name)
     return profile.sweep.dataset_offset, [number for _parallel, number in profile.sweep.points]
+
+
+def check_output(output: Path, *, force: bool) -> None:
+    """Before any work: never replace a built dataset silently, and fail now, naming the path,
+    when the output cannot be written at all."""
+    manifest = manifest_path_for(output)
+    if not force and (output.exists() or manifest.exists()):
+        taken = output if output.exists() else manifest
+        raise DatasetError(
+            f"{taken}: already exists; a built dataset is never replaced silently "
+            "(--force replaces it, or choose another --output-path)"
+        )
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=output.parent, prefix=f".{output.name}."):
+            pass
+    except OSError as exc:
+        raise DatasetError(f"--output-path {output}: cannot write there ({exc.strerror})") from None
 
 
 def run_build(
@@ -55,6 +74,7 @@ def run_build(
     output = options.get("output_path")
     if output is None:
         output = Path(f"{recipe.name}.json" if recipe.name else "openhand-dataset.json")
+    check_output(Path(output), force=bool(options.get("force")))
     result = build_dataset(recipe, output, echo=echo)
     echo(f"manifest: {result.manifest_path}")
     return result.path

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.dataset.builder import build_dataset
+from harness.dataset.cli_support import check_output
 from harness.dataset.recipe import load_recipe, make_recipe
 from harness.dataset.tok import TokenizerHandle
 from harness.errors import ConfigError, DatasetError
@@ -188,3 +189,23 @@ def test_parquet_and_jsonl_sources_give_the_same_dataset(tmp_path, tok):
     conv_a = json.loads(a.path.read_text())["conversations"]
     conv_b = json.loads(b.path.read_text())["conversations"]
     assert conv_a == conv_b
+
+
+def test_an_existing_output_is_never_replaced_silently(tmp_path) -> None:
+    out = tmp_path / "ds.json"
+    check_output(out, force=False)  # nothing there: fine
+    (tmp_path / "ds.json.manifest.json").write_text("{}")  # a manifest alone also counts
+    with pytest.raises(DatasetError, match="ds.json.manifest.json: already exists.*--force"):
+        check_output(out, force=False)
+    out.write_text("{}")
+    with pytest.raises(DatasetError, match="ds.json: already exists"):
+        check_output(out, force=False)
+    check_output(out, force=True)
+    assert out.read_text() == "{}"  # the check writes nothing
+
+
+def test_an_unwritable_output_fails_before_the_build(tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(DatasetError, match=f"--output-path {blocker}/ds.json: cannot write"):
+        check_output(blocker / "ds.json", force=False)
