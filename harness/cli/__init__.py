@@ -7,7 +7,7 @@ import sys
 import click
 
 from harness import __version__
-from harness.cli import capacity, dataset, launch, regress, report, sweep, tiny_models
+from harness.cli import capacity, cluster, dataset, launch, regress, report, sweep, tiny_models
 from harness.errors import ReproError
 
 
@@ -21,7 +21,7 @@ def cli() -> None:
     """
 
 
-for area in (launch, tiny_models, dataset, sweep, report, capacity, regress):
+for area in (launch, tiny_models, dataset, sweep, report, capacity, regress, cluster):
     area.register(cli)
 
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
+from harness.cluster.options import slurm_options
+from harness.cluster.records import settle_job_run
+from harness.cluster.submit import sweep_as_job
 from harness.errors import ReproError
 from harness.report.dashboard import write_report
 from harness.report.images import write_run_figures
@@ -92,6 +96,39 @@ def register(group: click.Group) -> None:
     help="Serve on this port instead of the profile's (launched server only).",
 )
 @click.option("--no-report", is_flag=True, help="Skip the HTML report and the figures at the end.")
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "slurm"]),
+    default="local",
+    show_default=True,
+    help="local: run here; slurm: one Slurm job runs this sweep on a node (see --slurm-*).",
+)
+@click.option("--slurm-partition", default=None, help="slurm: partition (default: the cluster's).")
+@click.option(
+    "--slurm-gres",
+    default=None,
+    metavar="gpu:N|none",
+    help="slurm: generic resources (default gpu:<profile gpus>; none for a CPU profile).",
+)
+@click.option(
+    "--slurm-time", default=None, metavar="HH:MM:SS", help="slurm: time limit (Slurm's formats)."
+)
+@click.option("--slurm-account", default=None, help="slurm: account to charge.")
+@click.option(
+    "--slurm-setup",
+    multiple=True,
+    metavar="LINE",
+    help="slurm: shell line run in the job before the sweep (repeatable), e.g. 'module load cuda'.",
+)
+@click.option(
+    "--slurm-config",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    default=None,
+    help="slurm: YAML with partition/account/time/gres/cpus_per_task/setup (options win).",
+)
+@click.option(
+    "--no-wait", is_flag=True, help="slurm: submit and return (`repro runs list` follows it)."
+)
 def sweep(
     profile: str | None,
     dataset: str | None,
@@ -106,6 +143,9 @@ def sweep(
     only_points: str | None,
     port: int | None,
     no_report: bool,
+    executor: str,
+    no_wait: bool,
+    **slurm: Any,
 ) -> None:
     """Run the c1..c32 sweep: launch the profile's vLLM build (or attach to --url), build or reuse
     the dataset, run one `evalscope perf` process per point while scraping /metrics, and write
@@ -118,6 +158,7 @@ def sweep(
       repro sweep --profile cpu-tiny --set serve.num-gpu-blocks-override=16 --repeats 3
       repro sweep --profile cpu-tiny --url http://127.0.0.1:8000 --points c1,c8
       repro sweep --resume results/cpu-tiny-20260101-000000
+      repro sweep --profile hisparse384 --executor slurm --slurm-partition gpu --slurm-time 8:00:00
     """
     if profile is None and resume is None:
         raise click.UsageError("Missing option '--profile' (or --resume RUN_DIR to continue a run)")
@@ -141,6 +182,23 @@ def sweep(
         only_points=[only_points] if only_points else None,
         port=port,
     )
+    given = [f"--{k.replace('_', '-')}" for k, v in slurm.items() if v not in (None, ())]
+    if executor == "local":
+        if given or no_wait:
+            raise click.UsageError(f"{', '.join(given or ['--no-wait'])} need --executor slurm")
+        if resume is not None:
+            settle_job_run(resume)  # a run a Slurm job left: take Slurm's final word first
+    else:
+        options = slurm_options(
+            config=slurm["slurm_config"],
+            partition=slurm["slurm_partition"],
+            account=slurm["slurm_account"],
+            time=slurm["slurm_time"],
+            gres=slurm["slurm_gres"],
+            setup=slurm["slurm_setup"],
+        )
+        sweep_as_job(request, options, report=not no_report, wait=not no_wait, echo=click.echo)
+        return
     run_dir = run_sweep(request)
     if not dry_run and not no_report:
         write_run_report(run_dir, click.echo)
