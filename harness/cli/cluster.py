@@ -2,13 +2,81 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
 from harness.cluster.k8s import DEFAULT_HARNESS_IMAGE, DEFAULT_IMAGE, apply_hint, render, write
+from harness.cluster.options import SlurmOptions, slurm_options
 from harness.cluster.runs import cancel_run, job_cell
 from harness.serve.profiles import load_profile
+
+_EXECUTOR_OPTIONS = [
+    click.option(
+        "--executor",
+        type=click.Choice(["local", "slurm"]),
+        default="local",
+        show_default=True,
+        help="local: run here; slurm: one Slurm job runs this sweep on a node (see --slurm-*).",
+    ),
+    click.option(
+        "--slurm-partition", default=None, help="slurm: partition (default: the cluster's)."
+    ),
+    click.option(
+        "--slurm-gres",
+        default=None,
+        metavar="gpu:N|none",
+        help="slurm: generic resources (default gpu:<profile gpus>; none for a CPU profile).",
+    ),
+    click.option(
+        "--slurm-time",
+        default=None,
+        metavar="HH:MM:SS",
+        help="slurm: time limit (Slurm's formats).",
+    ),
+    click.option("--slurm-account", default=None, help="slurm: account to charge."),
+    click.option(
+        "--slurm-setup",
+        multiple=True,
+        metavar="LINE",
+        help="slurm: shell line run in the job before the sweep (repeatable), "
+        "e.g. 'module load cuda'.",
+    ),
+    click.option(
+        "--slurm-config",
+        type=click.Path(path_type=Path, exists=True, dir_okay=False),
+        default=None,
+        help="slurm: YAML with partition/account/time/gres/cpus_per_task/setup (options win).",
+    ),
+]
+_SLURM_KEYS = ("partition", "gres", "time", "account", "setup", "config")
+
+
+def executor_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """`--executor local|slurm` and the `--slurm-*` options, for sweep and nightly."""
+    for option in reversed(_EXECUTOR_OPTIONS):
+        command = option(command)
+    return command
+
+
+def options_from(executor: str, given: dict[str, Any]) -> SlurmOptions | None:
+    """The Slurm settings (None for --executor local); --slurm-* without slurm is an error."""
+    values = {key: given.pop(f"slurm_{key}", None) for key in _SLURM_KEYS}
+    if executor == "local":
+        named = [f"--slurm-{k}" for k, v in values.items() if v not in (None, ())]
+        if named:
+            raise click.UsageError(f"{', '.join(named)}: only with --executor slurm")
+        return None
+    return slurm_options(
+        config=values["config"],
+        partition=values["partition"],
+        account=values["account"],
+        time=values["time"],
+        gres=values["gres"],
+        setup=values["setup"] or (),
+    )
 
 
 def register(group: click.Group) -> None:

@@ -6,8 +6,11 @@ import datetime as _dt
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
+
+from harness.cli.cluster import executor_options, options_from
 
 _RUN = click.Path(exists=True, file_okay=False, path_type=Path)
 
@@ -294,6 +297,7 @@ def history_reject(ref: str, reason: str, history_path: Path | None) -> None:
     "$GITHUB_STEP_SUMMARY).",
 )
 @click.option("--no-dashboard", is_flag=True, help="Skip the HTML dashboard.")
+@executor_options
 @_DB
 def nightly_cmd(
     profiles: str,
@@ -305,6 +309,8 @@ def nightly_cmd(
     summary_path: Path | None,
     no_dashboard: bool,
     history_path: Path | None,
+    executor: str,
+    **slurm: Any,
 ) -> None:
     """Build -> sweep each arm -> verdict vs history (suspicious points rerun once) -> claims
     -> dashboard + summary -> history. Exit 2 on errors, 1 on a regression or failed claim."""
@@ -322,6 +328,7 @@ def nightly_cmd(
         summary_path=summary_path,
         dashboard=not no_dashboard,
         echo=click.echo,
+        slurm=options_from(executor, slurm),  # --executor slurm: the arms run as Slurm jobs
     )
     _exit(result.exit_code)
 

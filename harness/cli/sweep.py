@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from harness.cluster.options import slurm_options
+from harness.cli.cluster import executor_options, options_from
 from harness.cluster.records import settle_job_run
 from harness.cluster.submit import sweep_as_job
 from harness.errors import ReproError
@@ -96,36 +96,7 @@ def register(group: click.Group) -> None:
     help="Serve on this port instead of the profile's (launched server only).",
 )
 @click.option("--no-report", is_flag=True, help="Skip the HTML report and the figures at the end.")
-@click.option(
-    "--executor",
-    type=click.Choice(["local", "slurm"]),
-    default="local",
-    show_default=True,
-    help="local: run here; slurm: one Slurm job runs this sweep on a node (see --slurm-*).",
-)
-@click.option("--slurm-partition", default=None, help="slurm: partition (default: the cluster's).")
-@click.option(
-    "--slurm-gres",
-    default=None,
-    metavar="gpu:N|none",
-    help="slurm: generic resources (default gpu:<profile gpus>; none for a CPU profile).",
-)
-@click.option(
-    "--slurm-time", default=None, metavar="HH:MM:SS", help="slurm: time limit (Slurm's formats)."
-)
-@click.option("--slurm-account", default=None, help="slurm: account to charge.")
-@click.option(
-    "--slurm-setup",
-    multiple=True,
-    metavar="LINE",
-    help="slurm: shell line run in the job before the sweep (repeatable), e.g. 'module load cuda'.",
-)
-@click.option(
-    "--slurm-config",
-    type=click.Path(path_type=Path, exists=True, dir_okay=False),
-    default=None,
-    help="slurm: YAML with partition/account/time/gres/cpus_per_task/setup (options win).",
-)
+@executor_options
 @click.option(
     "--no-wait", is_flag=True, help="slurm: submit and return (`repro runs list` follows it)."
 )
@@ -182,21 +153,12 @@ def sweep(
         only_points=[only_points] if only_points else None,
         port=port,
     )
-    given = [f"--{k.replace('_', '-')}" for k, v in slurm.items() if v not in (None, ())]
-    if executor == "local":
-        if given or no_wait:
-            raise click.UsageError(f"{', '.join(given or ['--no-wait'])} need --executor slurm")
-        if resume is not None:
-            settle_job_run(resume)  # a run a Slurm job left: take Slurm's final word first
-    else:
-        options = slurm_options(
-            config=slurm["slurm_config"],
-            partition=slurm["slurm_partition"],
-            account=slurm["slurm_account"],
-            time=slurm["slurm_time"],
-            gres=slurm["slurm_gres"],
-            setup=slurm["slurm_setup"],
-        )
+    options = options_from(executor, slurm)
+    if options is None and no_wait:
+        raise click.UsageError("--no-wait needs --executor slurm")
+    if options is None and resume is not None:
+        settle_job_run(resume)  # a run a Slurm job left: take Slurm's final word first
+    if options is not None:
         sweep_as_job(request, options, report=not no_report, wait=not no_wait, echo=click.echo)
         return
     run_dir = run_sweep(request)
