@@ -58,9 +58,7 @@ def test_sweep_job_is_a_local_run_plus_job_facts(cpu_build, slurm, tmp_path):
     done = repro("sweep", *sweep, "--executor", "slurm", "--run-id", "job")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     local = run_sweep(
-        SweepRequest(
-            "cpu-tiny", overrides=SMALL[1::2], out=out, run_id="local", port=free_port()
-        ),
+        SweepRequest("cpu-tiny", overrides=SMALL[1::2], out=out, run_id="local", port=free_port()),
         echo=lambda _m: None,
     )
     job_run, local_run = load_run(out / "job"), load_run(local)
@@ -150,3 +148,33 @@ def test_time_limit_leaves_the_run_failed_with_slurms_reason(cpu_build, slurm, t
     assert any("TIMEOUT" in note for note in manifest.notes)
     line = line_of(runs_list(out), "slow")
     assert " failed " in line and "TIMEOUT" in line and "TimeLimit" in line
+
+
+def test_nightly_runs_its_arms_as_one_job_array(cpu_build, slurm, tmp_path):
+    root = tmp_path
+    env = {
+        **os.environ,
+        "REPRO_HISTORY": str(root / "history.sqlite"),
+        "REPRO_DASHBOARDS": str(root / "dashboards"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    summary = root / "night.md"
+    command = [
+        *REPRO, "nightly", "--profiles", "cpu-tiny,cpu-tiny-mtp", "--build", "cpu-0.32.0",
+        *SMALL, "--out", str(root / "results"), "--summary", str(summary), "--no-dashboard",
+        "--executor", "slurm",
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=1500, check=False
+    )
+    data = json.loads(summary.with_suffix(".json").read_text())
+    assert [a["status"] for a in data["arms"]] == ["new", "new"], done.stdout[-4000:]
+    jobs = [read_manifest(Path(a["run_dir"])).job for a in data["arms"]]
+    array_ids = {j.job_id.split("_")[0] for j in jobs}
+    assert len(array_ids) == 1  # one array, both arms submitted before either was judged
+    assert [j.array_index for j in jobs] == [0, 1]
+    assert [j.job_id for j in jobs] == [f"{array_ids.pop()}_{i}" for i in (0, 1)]
+    assert all(j.state == "COMPLETED" and j.node == socket.gethostname() for j in jobs)
+    assert done.returncode in (0, 1), done.stdout[-4000:] + done.stderr[-2000:]
+    out = done.stdout
+    assert out.index("[nightly-") < out.index("cpu-tiny: new")  # waited, then judged
