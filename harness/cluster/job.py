@@ -17,16 +17,16 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from harness.cluster.slurm import current_job_id
 from harness.errors import RunError
 from harness.results import JobFacts, atomic_write_json, read_manifest
 
 
 def facts_from_environment(state: str, reason: str | None = None) -> JobFacts:
     env = os.environ
-    array_job, index = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
-    job_id = f"{array_job}_{index}" if array_job and index else env.get("SLURM_JOB_ID", "?")
+    index = env.get("SLURM_ARRAY_TASK_ID") if env.get("SLURM_ARRAY_JOB_ID") else None
     return JobFacts(
-        job_id=job_id,
+        job_id=current_job_id() or "?",
         array_index=int(index) if index else None,
         node=env.get("SLURMD_NODENAME") or socket.gethostname(),
         partition=env.get("SLURM_JOB_PARTITION"),

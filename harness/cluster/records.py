@@ -16,7 +16,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.cluster.slurm import KILLED_BY_SLURM, SlurmError, SlurmState, have_slurm, job_state
+from harness.cluster.slurm import (
+    KILLED_BY_SLURM,
+    SlurmError,
+    SlurmState,
+    current_job_id,
+    have_slurm,
+    job_state,
+)
 from harness.errors import RunError
 from harness.results import JobFacts, RunManifest, atomic_write_json, read_manifest
 
@@ -164,7 +171,7 @@ def settle_job_run(run_dir: Path) -> None:
     if path is None:
         return
     record = collect(path)
-    if not record.collected:
+    if not record.collected and record.job.job_id != current_job_id():  # not this very job
         raise RunError(
             f"{run_dir}: still Slurm job {record.job.job_id} ({record.job.state}); "
             f"cancel it first: repro runs cancel {run_dir}"

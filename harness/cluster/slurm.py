@@ -6,6 +6,7 @@ Asked from `scontrol show job` first (pending, running and recently ended jobs: 
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -49,6 +50,14 @@ class SlurmState:
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
+
+
+def current_job_id() -> str | None:
+    """The id of the Slurm job this process runs in ("<array>_<index>" for an array task)."""
+    array_job, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array_job and index:
+        return f"{array_job}_{index}"
+    return os.environ.get("SLURM_JOB_ID")
 
 
 def have_slurm() -> bool:
