@@ -271,9 +271,8 @@ def sweep_as_job(
     record = read_record(sub.record)
     echo(f"submitted slurm job {sub.job_id}: run {sub.run_dir}")
     echo(f"  job log: {record.job.log}")
-    echo(
-        f"  follow: repro runs list --out {sub.run_dir.parent}; stop: repro runs cancel {sub.run_dir}"
-    )
+    echo(f"  follow: repro runs list --out {sub.run_dir.parent}")
+    echo(f"  stop: repro runs cancel {sub.run_dir}")
     if not wait:
         return sub.run_dir
     (record,) = wait_for([sub], echo=echo)
