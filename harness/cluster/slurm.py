@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from harness.errors import ReproError
 
-INSTALL_HINT = "apt-get install -y slurm-wlm munge && scripts/slurm-local.sh start"
+INSTALL_HINT = "scripts/slurm-local.sh start  (as root: apt-get installs slurm-wlm + munge, starts them)"
 # Slurm job states after which nothing of the job runs any more.
 TERMINAL = {
     "COMPLETED",
