@@ -5,7 +5,7 @@ runs as a child process, exactly as a user would run it; when it exits, the job'
 array index, node, partition) go into the run's manifest. On SIGTERM (scancel, time limit) Slurm
 signals every process of the job: the sweep stops its server and marks the run partial by
 itself, and this wrapper writes nothing (the submitter collects Slurm's final state). submitit's
-own USR2 handler (requeue before the time limit) is replaced: a sweep is resumed, not requeued.
+USR2 (requeue before the time limit) is ignored: a sweep is resumed, not requeued.
 """
 
 from __future__ import annotations
@@ -59,7 +59,10 @@ def sweep_job(argv: list[str], env: dict[str, str], run_dir: str, pick_port: boo
         signals.append(signum)
 
     signal.signal(signal.SIGTERM, note)
-    signal.signal(signal.SIGUSR2, note)
+    # submitit asks Slurm for USR2 90 s before the time limit, to every process of the job;
+    # its default action kills: ignored here and, inherited, in the sweep, server and client,
+    # so the time limit itself (SIGTERM, then TIMEOUT) ends the run, in Slurm's words.
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     command = [*argv, "--port", str(_free_port())] if pick_port else list(argv)
     # A node may run several sweep jobs at once: each launches its server on a free port.
     child = subprocess.Popen(command, env={**os.environ, **env})
