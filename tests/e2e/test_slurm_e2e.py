@@ -170,10 +170,9 @@ def test_nightly_runs_its_arms_as_one_job_array(cpu_build, slurm, tmp_path):
     data = json.loads(summary.with_suffix(".json").read_text())
     assert [a["status"] for a in data["arms"]] == ["new", "new"], done.stdout[-4000:]
     jobs = [read_manifest(Path(a["run_dir"])).job for a in data["arms"]]
-    array_ids = {j.job_id.split("_")[0] for j in jobs}
-    assert len(array_ids) == 1  # one array, both arms submitted before either was judged
+    (array_id,) = {j.job_id.split("_")[0] for j in jobs}  # one array: submitted together
     assert [j.array_index for j in jobs] == [0, 1]
-    assert [j.job_id for j in jobs] == [f"{array_ids.pop()}_{i}" for i in (0, 1)]
+    assert [j.job_id for j in jobs] == [f"{array_id}_0", f"{array_id}_1"]
     assert all(j.state == "COMPLETED" and j.node == socket.gethostname() for j in jobs)
     assert done.returncode in (0, 1), done.stdout[-4000:] + done.stderr[-2000:]
     out = done.stdout
