@@ -60,8 +60,8 @@ def cancel_run(
     run: Path | str, *, out: Path | None = None, echo: Echo = print, timeout_s: float = 300.0
 ) -> JobRecord:
     """scancel the run's job and wait until Slurm says it ended; the run is then partial."""
-    require_slurm()
     path = find_record(run, out)
+    require_slurm()
     record = collect(path)
     if record.collected:
         raise RunError(
