@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 from harness.errors import ReproError
 
-INSTALL_HINT = "scripts/slurm-local.sh start  (as root: apt-get installs slurm-wlm + munge, starts them)"
+INSTALL_HINT = (
+    "scripts/slurm-local.sh start  (as root: apt-get installs slurm-wlm + munge, starts them)"
+)
 # Slurm job states after which nothing of the job runs any more.
 TERMINAL = {
     "COMPLETED",
