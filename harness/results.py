@@ -288,6 +288,27 @@ class CoherenceRecord(_Record):
         return self.verdict != "coherent" and not self.allow_incoherent
 
 
+class JobFacts(_Record):
+    """The scheduler job that ran a run (the latest one when a run was resumed as a new job).
+
+    `state` and `reason` are Slurm's own words (`scontrol show job` / `sacct`), collected after
+    the job ended: e.g. COMPLETED, CANCELLED, TIMEOUT (reason TimeLimit), NODE_FAIL, FAILED.
+    """
+
+    scheduler: Literal["slurm"] = "slurm"
+    job_id: str  # Slurm's id; "<array job id>_<index>" for an array task
+    array_index: int | None = None
+    node: str | None = None
+    partition: str | None = None
+    state: str
+    reason: str | None = None
+    exit_code: str | None = None  # Slurm's "code:signal"
+    submitted_at: float | None = None
+    ended_at: float | None = None
+    log: str | None = None  # the job's output file (submitit's folder)
+    previous_job_ids: list[str] = Field(default_factory=list)  # earlier jobs of this run
+
+
 class RunManifest(_Record):
     """Everything needed to know what a run was, and to redo it."""
 
@@ -320,6 +341,7 @@ class RunManifest(_Record):
     notes: list[str] = Field(default_factory=list)
     # host, pid and process start of the harness that runs it; server_pgid when it launched one
     owner: dict[str, Any] = Field(default_factory=dict)
+    job: JobFacts | None = None  # set when the run was a scheduler job (harness.cluster)
 
 
 class RunSummary(_Record):

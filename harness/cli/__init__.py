@@ -9,6 +9,7 @@ import click
 from harness import __version__
 from harness.cli import (
     capacity,
+    cluster,
     coherence,
     dataset,
     doctor,
@@ -45,6 +46,7 @@ for area in (
     capacity,
     regress,
     coherence,
+    cluster,
 ):
     area.register(cli)
 

@@ -6,9 +6,11 @@ import datetime as _dt
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
+from harness.cli.cluster import executor_options, options_from
 from harness.cli.options import overrides_option, path_option
 from harness.errors import ReproError
 
@@ -291,6 +293,7 @@ def history_reject(ref: str, reason: str, history_path: Path | None) -> None:
     help="Markdown summary path (default OUT/nightly-STAMP.md; also appended to $GITHUB_STEP_SUMMARY).",
 )
 @click.option("--no-dashboard", is_flag=True, help="Skip the HTML dashboard.")
+@executor_options
 @_DB
 def nightly_cmd(
     profiles: str,
@@ -302,6 +305,8 @@ def nightly_cmd(
     summary_path: Path | None,
     no_dashboard: bool,
     history_path: Path | None,
+    executor: str,
+    **slurm: Any,
 ) -> None:
     """Build -> sweep each arm -> verdict vs history (suspicious points rerun once) -> claims
     -> dashboard + summary -> history. Exit 2 on errors, 1 on a regression or failed claim."""
@@ -319,6 +324,7 @@ def nightly_cmd(
         summary_path=summary_path,
         dashboard=not no_dashboard,
         echo=click.echo,
+        slurm=options_from(executor, slurm),  # --executor slurm: the arms run as Slurm jobs
     )
     _exit(result.exit_code)
 

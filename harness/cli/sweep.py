@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
+from harness.cli.cluster import executor_options, options_from
 from harness.cli.options import overrides_option, path_option
+from harness.cluster.records import settle_job_run
+from harness.cluster.submit import sweep_as_job
 from harness.errors import ReproError
 from harness.report.dashboard import write_report
 from harness.report.images import write_run_figures
@@ -114,6 +118,10 @@ def register(group: click.Group) -> None:
     help="--engine sim: extra `repro sim serve` argument, e.g. --sim-arg=--fail-rate=0.01.",
 )
 @click.option("--no-report", is_flag=True, help="Skip the HTML report and the figures at the end.")
+@executor_options
+@click.option(
+    "--no-wait", is_flag=True, help="slurm: submit and return (`repro runs list` follows it)."
+)
 def sweep(
     profile: str | None,
     dataset: str | None,
@@ -132,6 +140,9 @@ def sweep(
     time_scale: float | None,
     sim_args: tuple[str, ...],
     no_report: bool,
+    executor: str,
+    no_wait: bool,
+    **slurm: Any,
 ) -> None:
     """Run the c1..c32 sweep: launch the profile's vLLM build (or attach to --url), build or reuse
     the dataset, run one `evalscope perf` process per point while scraping /metrics, and write
@@ -145,6 +156,7 @@ def sweep(
       repro sweep --profile cpu-tiny --url http://127.0.0.1:8000 --points c1,c8
       repro sweep --resume results/cpu-tiny-20260101-000000
       repro sweep --profile hisparse384 --engine sim --time-scale 4
+      repro sweep --profile hisparse384 --executor slurm --slurm-partition gpu --slurm-time 8:00:00
     """
     if profile is None and resume is None:
         raise click.UsageError("Missing option '--profile' (or --resume RUN_DIR to continue a run)")
@@ -172,6 +184,14 @@ def sweep(
         time_scale=time_scale,
         sim_args=sim_args,
     )
+    options = options_from(executor, slurm)
+    if options is None and no_wait:
+        raise click.UsageError("--no-wait needs --executor slurm")
+    if options is None and resume is not None:
+        settle_job_run(resume)  # a run a Slurm job left: take Slurm's final word first
+    if options is not None:
+        sweep_as_job(request, options, report=not no_report, wait=not no_wait, echo=click.echo)
+        return
     run_dir = run_sweep(request)
     if not dry_run and not no_report:
         write_run_report(run_dir, click.echo)

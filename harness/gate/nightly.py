@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.cluster.options import SlurmOptions
 from harness.errors import ReproError
 from harness.gate.claims import ClaimResult, claims_exit_code, render_claims, run_claims
 from harness.gate.history import History, history_key
@@ -194,7 +195,11 @@ def run_nightly(
     summary_path: Path | None = None,
     dashboard: bool = True,
     echo: Echo = print,
+    slurm: SlurmOptions | None = None,
 ) -> NightlyResult:
+    """`slurm` given: the arms run as independent Slurm jobs (one array when their resources
+    match), all submitted first; the nightly waits for them, then judges each arm as before
+    (a suspicious arm's rerun is one more job)."""
     if not profiles:
         raise ReproError("--profiles: give at least one profile")
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
@@ -205,6 +210,12 @@ def run_nightly(
     build_name, provenance = resolve_build(build, echo)
     echo(f"nightly {stamp}: build {build} -> {build_name}; history {history.path}")
     result = NightlyResult(stamp, build_name, provenance, [])
+    sweep = run_sweep
+    jobs: dict[str, Path | ReproError] = {}
+    if slurm is not None:
+        sweep, jobs = _sweep_arms_as_jobs(
+            profiles, build_name, overrides, out_dir, stamp, slurm, echo
+        )
 
     for name in profiles:
         arm = ArmResult(profile=name)
@@ -212,13 +223,16 @@ def run_nightly(
         try:
             arm_sets = _arm_overrides(name, build_name, overrides)
             arm.run_dir = out_dir / f"nightly-{stamp}-{name}"
-            run_sweep(
-                SweepRequest(name, overrides=arm_sets, out=out_dir, run_id=arm.run_dir.name),
-                echo=echo,
-            )
+            if slurm is None:
+                run_sweep(
+                    SweepRequest(name, overrides=arm_sets, out=out_dir, run_id=arm.run_dir.name),
+                    echo=echo,
+                )
+            elif isinstance(jobs[name], ReproError):
+                raise jobs[name]
 
             def rerun(labels: list[str], name: str = name, sets: list[str] = arm_sets) -> Path:
-                return run_sweep(
+                return sweep(
                     SweepRequest(
                         name,
                         overrides=sets,
@@ -258,6 +272,45 @@ def run_nightly(
     echo(render_claims(result.claims, result.claims_notes))
     echo(f"nightly summary: {result.summary_path}; exit {result.exit_code}")
     return result
+
+
+def _sweep_arms_as_jobs(
+    profiles: Sequence[str],
+    build: str,
+    overrides: Sequence[str],
+    out_dir: Path,
+    stamp: str,
+    slurm: SlurmOptions,
+    echo: Echo,
+) -> tuple[Callable[..., Path], dict[str, Path | ReproError]]:
+    """Submit every arm, wait for all; per arm its run or its error; and a one-job sweep for
+    the reruns."""
+    from harness.cluster.submit import run_as_jobs
+    from harness.run.sweep import SweepRequest
+
+    requests, outcomes = {}, {}
+    for name in profiles:
+        try:
+            sets = _arm_overrides(name, build, overrides)
+        except ReproError as exc:
+            outcomes[name] = exc
+            continue
+        requests[name] = SweepRequest(
+            name, overrides=sets, out=out_dir, run_id=f"nightly-{stamp}-{name}"
+        )
+    try:
+        done = run_as_jobs(list(requests.values()), slurm, echo=echo) if requests else []
+    except ReproError as exc:  # nothing was submitted (e.g. sbatch refused): every arm fails
+        done = [exc] * len(requests)
+    outcomes.update(zip(requests, done, strict=True))
+
+    def one_job(request: SweepRequest, echo: Echo = echo) -> Path:
+        (result,) = run_as_jobs([request], slurm, echo=echo)
+        if isinstance(result, ReproError):
+            raise result
+        return result
+
+    return one_job, outcomes
 
 
 def record_arm(arm: ArmResult, history: History) -> None:

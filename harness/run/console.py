@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.client.evalscope import ClientArgs, client_command
+from harness.cluster.runs import job_cell, job_records, list_status
 from harness.errors import ReproError, RunError
 from harness.paths import results_dir
 from harness.results import PointRecord, load_run, read_manifest
@@ -144,7 +145,10 @@ def summary_table(points: list[PointRecord]) -> str:
 
 
 def list_runs(out: Path | None = None) -> list[str]:
+    """Local runs and Slurm jobs' runs (ended jobs are collected into their runs first); a job
+    that has no run directory yet (queued, or ended before it started) is listed too."""
     root = Path(out or results_dir())
+    jobs = job_records(root)
     lines = [f"{'run':40} {'status':9} {'profile':20} {'valid/done/planned':19} workload"]
     for manifest_path in sorted(root.glob("*/manifest.json")):
         try:
@@ -157,7 +161,15 @@ def list_runs(out: Path | None = None) -> list[str]:
         if status == "running" and owner_state(m.owner) == "dead":
             status = "stale"  # its harness died without writing a final status
         counts = f"{len(run.valid_points())}/{len(run.points)}/{len(m.planned_points)}"
-        lines.append(f"{m.run_id:40} {status:9} {m.profile_name:20} {counts:19} {m.workload_key}")
+        job = jobs.pop(m.run_id, None)
+        status = list_status(job, status) if job else status
+        tail = f"  {job_cell(job)}" if job else ""
+        lines.append(
+            f"{m.run_id:40} {status:9} {m.profile_name:20} {counts:19} {m.workload_key}{tail}"
+        )
+    for run_id, job in sorted(jobs.items()):  # jobs whose run has not written a manifest
+        status = list_status(job, None)
+        lines.append(f"{run_id:40} {status:9} {job.profile:20} {'-':19} -  {job_cell(job)}")
     return lines
 
 
@@ -179,4 +191,10 @@ def show_run(run: Path) -> str:
     ]
     if m.overrides:
         head.append("overrides: " + " ".join(m.overrides))
+    if m.job:
+        j = m.job
+        head.append(
+            f"slurm job {j.job_id} on {j.node} (partition {j.partition}): {j.state}"
+            + (f" ({j.reason})" if j.reason else "")
+        )
     return "\n".join(head + [summary_table(loaded.points)])

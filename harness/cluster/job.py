@@ -1,0 +1,78 @@
+"""What runs inside a Slurm job, on its node: the ordinary `repro sweep`, then the job's facts.
+
+submitit unpickles `sweep_job` in the job's Python (the harness venv) and calls it. The sweep
+runs as a child process, exactly as a user would run it; when it exits, the job's facts (id,
+array index, node, partition) go into the run's manifest. On SIGTERM (scancel, time limit) Slurm
+signals every process of the job: the sweep stops its server and marks the run partial by
+itself, and this wrapper writes nothing (the submitter collects Slurm's final state). submitit's
+USR2 (requeue before the time limit) is ignored: a sweep is resumed, not requeued.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from harness.cluster.slurm import current_job_id
+from harness.errors import RunError
+from harness.results import JobFacts, atomic_write_json, read_manifest
+
+
+def facts_from_environment(state: str, reason: str | None = None) -> JobFacts:
+    env = os.environ
+    index = env.get("SLURM_ARRAY_TASK_ID") if env.get("SLURM_ARRAY_JOB_ID") else None
+    return JobFacts(
+        job_id=current_job_id() or "?",
+        array_index=int(index) if index else None,
+        node=env.get("SLURMD_NODENAME") or socket.gethostname(),
+        partition=env.get("SLURM_JOB_PARTITION"),
+        state=state,
+        reason=reason,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _record_in_manifest(run_dir: Path, facts: JobFacts) -> None:
+    from harness.cluster.records import merge_facts
+
+    if not (run_dir / "manifest.json").is_file():
+        return
+    manifest = read_manifest(run_dir)
+    merge_facts(manifest, facts)
+    atomic_write_json(run_dir / "manifest.json", manifest)
+
+
+def sweep_job(argv: list[str], env: dict[str, str], run_dir: str, pick_port: bool) -> int:
+    """Run `repro sweep ARGV...` in this job; raise when it fails (the job is then FAILED)."""
+    signals: list[int] = []
+
+    def note(signum: int, frame: Any) -> None:
+        signals.append(signum)
+
+    signal.signal(signal.SIGTERM, note)
+    # submitit asks Slurm for USR2 90 s before the time limit, to every process of the job;
+    # its default action kills: ignored here and, inherited, in the sweep, server and client,
+    # so the time limit itself (SIGTERM, then TIMEOUT) ends the run, in Slurm's words.
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    command = [*argv, "--port", str(_free_port())] if pick_port else list(argv)
+    # A node may run several sweep jobs at once: each launches its server on a free port.
+    child = subprocess.Popen(command, env={**os.environ, **env})
+    code = child.wait()  # retried across signals (PEP 475)
+    if signals:
+        return code  # killed by Slurm: the submitter collects Slurm's state and reason
+    if code == 0:
+        _record_in_manifest(Path(run_dir), facts_from_environment("COMPLETED"))
+        return 0
+    _record_in_manifest(
+        Path(run_dir), facts_from_environment("FAILED", f"repro sweep exited with {code}")
+    )
+    raise RunError(f"repro sweep exited with {code}: {' '.join(command)}")
