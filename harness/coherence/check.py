@@ -283,3 +283,12 @@ def point_invalid_reason(record: CoherenceRecord | None) -> str | None:
     if record is None or not record.invalidates_points:
         return None
     return f"coherence {record.verdict}: {record.reason}"
+
+
+def coherence_line(record: CoherenceRecord | None) -> str:
+    """The arm's output-correctness verdict in one line (harness/coherence)."""
+    if record is None:
+        return "– (the profile has no coherence: block)"
+    allowed = "; points counted anyway (--allow-incoherent)" if record.allow_incoherent else ""
+    against = f" vs {record.reference}" if record.reference else ""
+    return f"{record.verdict}{against}: {record.reason}{allowed}"

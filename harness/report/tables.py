@@ -11,6 +11,7 @@ from typing import Any
 
 from harness.analysis.compare import CURVE_METRICS, compare_curves, compare_runs, curve_values
 from harness.analysis.groups import SeriesPoint
+from harness.coherence import coherence_line
 from harness.report.figures import run_series
 from harness.results import METRICS, Run
 from harness.text import fmt_number
@@ -167,6 +168,7 @@ def provenance(run: Run) -> list[tuple[str, str, bool]]:
             _pretty({k: v for k, v in dataset.items() if k not in {"path", "sha256"}}),
             True,
         ),
+        ("coherence", coherence_line(m.coherence), False),
         ("workload key", m.workload_key, False),
         ("client", f"{client.get('name', '?')} {client.get('version', '?')}", False),
         ("client command", _pretty(client.get("command") or client.get("command_template")), True),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from harness.client.evalscope import ClientArgs, client_command
 from harness.cluster.runs import job_cell, job_records, list_status
+from harness.coherence import coherence_line
 from harness.errors import ReproError, RunError
 from harness.paths import results_dir
 from harness.results import PointRecord, load_run, read_manifest
@@ -191,6 +192,8 @@ def show_run(run: Path) -> str:
     ]
     if m.overrides:
         head.append("overrides: " + " ".join(m.overrides))
+    if m.coherence is not None:
+        head.append("coherence: " + coherence_line(m.coherence))
     if m.job:
         j = m.job
         head.append(

@@ -12,7 +12,9 @@ from pathlib import Path
 
 from support.fake_openai import SETS
 
+from harness.report.dashboard import write_report
 from harness.results import load_run
+from harness.run.console import show_run
 from harness.run.sweep import SweepRequest, run_sweep
 
 # SETS without "coherence=null": cpu-tiny's own coherence block stays on
@@ -51,3 +53,13 @@ def test_allow_incoherent_counts_the_points_and_says_so(
     assert run.manifest.coherence.verdict == "unjudged"
     assert run.manifest.coherence.allow_incoherent is True
     assert [p.valid for p in run.points] == [True, True]
+
+
+def test_the_verdict_is_in_runs_show_and_in_the_report(
+    fake_server, small_dataset, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("REPRO_DASHBOARDS", str(tmp_path / "dashboards"))
+    run_dir = _sweep(fake_server(), small_dataset, tmp_path, "shown")
+    assert "coherence: unjudged: could not judge" in show_run(run_dir)
+    html = write_report([run_dir]).read_text(encoding="utf-8")
+    assert "unjudged: could not judge" in html
