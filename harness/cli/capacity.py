@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
-from harness.cli.options import path_option
+from harness.cli.options import flag, path_option, text_option
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -100,13 +100,11 @@ def _numbers(table: tuple[tuple[str, Any, str], ...]) -> Callable[[F], F]:
         "--run, one object with the deployment, workload, capacity rows and per-point comparison."
     ),
 )
-@click.option(
+@text_option(
     "--model",
     "model",
-    default=None,
     metavar="NAME|FILE",
-    help="Capacity model: launch/models/NAME.yaml or a YAML path [default: glm-5.3; "
-    "with --run, the run's model].",
+    help="Capacity model: launch/models/NAME.yaml or a YAML path [default: glm-5.3; with --run, the run's model].",
 )
 @click.option(
     "--gpu",
@@ -115,10 +113,8 @@ def _numbers(table: tuple[tuple[str, Any, str], ...]) -> Callable[[F], F]:
     help="GPU preset (141 / 180 / 288 GB) [default: h200].",
 )
 @_numbers(_NUMBERS)
-@click.option(
-    "--ep/--no-ep",
-    default=None,
-    help="Shard routed experts across DP x TP (expert parallelism) [default: on].",
+@text_option(
+    "--ep/--no-ep", help="Shard routed experts across DP x TP (expert parallelism) [default: on]."
 )
 @click.option(
     "--kv-dtype",
@@ -133,9 +129,8 @@ def _numbers(table: tuple[tuple[str, Any, str], ...]) -> Callable[[F], F]:
     multiple=True,
     help="Sequence length in tokens (repeatable) [default: 81920].",
 )
-@click.option(
+@text_option(
     "--seq-range",
-    default=None,
     metavar="START:STOP:STEP",
     help="Sequence lengths START..STOP (inclusive) every STEP tokens.",
 )
@@ -147,7 +142,7 @@ def _numbers(table: tuple[tuple[str, Any, str], ...]) -> Callable[[F], F]:
     help="One host pool per DP rank shared by its TP ranks (else one per rank).",
 )
 @_numbers(_LIMITS)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@flag("--json", "as_json", help="Print JSON instead of text.")
 @path_option("--plot", dir_okay=False, help="Write the charts to a standalone offline HTML file.")
 @path_option(
     "--run", "run_dir", help="Predicted vs measured: read a run directory's profile and workload."

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.options import overrides_option, path_option
+from harness.cli.options import flag, overrides_option, path_option, text_option
 
 EXIT = {"coherent": 0, "incoherent": 1, "unjudged": 2}
 
@@ -19,25 +19,23 @@ def register(group: click.Group) -> None:
 
 @click.command()
 @click.option("--profile", "profile_name", required=True, help="Profile name or YAML path.")
-@click.option("--url", default=None, help="Probe this running server instead of launching one.")
-@click.option(
+@text_option("--url", help="Probe this running server instead of launching one.")
+@text_option(
     "--against",
-    default=None,
     metavar="PROFILE|RUN",
-    help="Compare with this arm's recorded replies, or a run directory's "
-    "(default: the profile's coherence.reference).",
+    help="Compare with this arm's recorded replies, or a run directory's (default: the profile's coherence.reference).",
 )
 @overrides_option(
     "Override a profile value (serve.KEY, coherence.KEY, model=...; VALUE is YAML; serve.KEY=null removes). Repeatable."
 )
-@click.option("--record", is_flag=True, help="Store the replies as this arm's reference.")
+@flag("--record", help="Store the replies as this arm's reference.")
 @path_option(
     "--references", file_okay=False, help="Reference store (default: launch/coherence/references)."
 )
-@click.option("--no-long-context", is_flag=True, help="Skip the long-context needle probe.")
+@flag("--no-long-context", help="Skip the long-context needle probe.")
 @click.option("--port", type=int, default=None, help="Port of a launched server.")
-@click.option("--dry-run", is_flag=True, help="Resolve probe set and reference; probe nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result record as JSON.")
+@flag("--dry-run", help="Resolve probe set and reference; probe nothing.")
+@flag("--json", "as_json", help="Print the result record as JSON.")
 def coherence(
     profile_name: str,
     url: str | None,

@@ -10,7 +10,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import click
 
-from harness.cli.options import path_option
+from harness.cli.options import flag, path_option, text_option
 
 
 class IntListOption(click.Option):
@@ -126,12 +126,11 @@ def _recipe_options(command: Callable[..., Any]) -> Callable[..., Any]:
     "output_path",
     help="Output JSON (default: openhand-dataset.json, or <recipe>.json for a recipe). A sidecar <output>.manifest.json is written next to it.",
 )
-@click.option(
+@flag(
     "--fresh-for-sweep",
-    is_flag=True,
     help="Size --number so that every sweep point replays unused conversations.",
 )
-@click.option("--force", is_flag=True, help="Replace an existing output file and its manifest.")
+@flag("--force", help="Replace an existing output file and its manifest.")
 @click.option("--sweep-offset", type=int, help="Sweep start offset for --fresh-for-sweep.")
 @click.option(
     "--sweep-numbers",
@@ -140,7 +139,7 @@ def _recipe_options(command: Callable[..., Any]) -> Callable[..., Any]:
     metavar="N [N ...]",
     help="Per-point numbers for --fresh-for-sweep, e.g. 4 16 32 48 64.",
 )
-@click.option("--profile", "profile", help="Take the sweep (offset, numbers) from this profile.")
+@text_option("--profile", "profile", help="Take the sweep (offset, numbers) from this profile.")
 def build_command(recipe: str | None, **options: Any) -> None:
     """Build the padded dataset from RECIPE (name or .yaml path) and/or options.
 
@@ -179,12 +178,10 @@ def build_command(recipe: str | None, **options: Any) -> None:
     show_default=True,
     help="Tokens assumed per assistant reply in templated prompt lengths.",
 )
-@click.option(
-    "--full-template",
-    is_flag=True,
-    help="Also render every first turn in full to cross-check templated counts.",
+@flag(
+    "--full-template", help="Also render every first turn in full to cross-check templated counts."
 )
-@click.option("--per-turn", is_flag=True, help="Print every conversation's every turn.")
+@flag("--per-turn", help="Print every conversation's every turn.")
 @path_option("--json", "json_out", help="Write the full report as JSON here.")
 @click.option(
     "--tolerance",
@@ -248,8 +245,8 @@ def verify_command(
     show_default=True,
     help="Conversations in the dataset.",
 )
-@click.option("--profile", "profile", help="Take offset and numbers from this profile's sweep.")
-@click.option("--json", "as_json", is_flag=True, help="Print the full plan as JSON.")
+@text_option("--profile", "profile", help="Take offset and numbers from this profile's sweep.")
+@flag("--json", "as_json", help="Print the full plan as JSON.")
 def plan_command(
     offset: int, numbers: list[int] | None, conversations: int, profile: str | None, as_json: bool
 ) -> None:

@@ -6,6 +6,8 @@ import json
 
 import click
 
+from harness.cli.options import flag, text_option
+
 
 def register(group: click.Group) -> None:
     group.add_command(doctor_cmd)
@@ -15,8 +17,8 @@ def register(group: click.Group) -> None:
 @click.option("--profile", "profile_name", default="cpu-tiny", show_default=True,
               help="Profile name or YAML path.")  # fmt: skip
 @click.option("--port", type=int, default=None, help="Port to check (default: the profile's).")
-@click.option("--url", default=None, help="Attach mode: check only what the client side needs.")
-@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+@text_option("--url", help="Attach mode: check only what the client side needs.")
+@flag("--json", "as_json", help="Print the checks as JSON.")
 def doctor_cmd(profile_name: str, port: int | None, url: str | None, as_json: bool) -> int:
     """Check this machine for PROFILE: GPUs, driver, pinned host RAM vs the profile's pools,
     /dev/shm, disk, the build, the port, and the hub (model, tokenizer, datasets).

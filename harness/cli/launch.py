@@ -7,6 +7,8 @@ import json
 import click
 import yaml
 
+from harness.cli.options import flag
+
 
 def register(group: click.Group) -> None:
     """Add this area's commands to the `repro` group."""
@@ -44,7 +46,7 @@ def builds_list() -> None:
 
 @click.command("build")
 @click.argument("name")
-@click.option("--dry-run", is_flag=True, help="Print the exact install steps; install nothing.")
+@flag("--dry-run", help="Print the exact install steps; install nothing.")
 def build_cmd(name: str, dry_run: bool) -> None:
     """Install build NAME into its own venv under $REPRO_CACHE/builds (once; reused after).
 
@@ -76,12 +78,7 @@ def profiles_list() -> None:
 
 @profiles_group.command("show")
 @click.argument("name")
-@click.option(
-    "--command",
-    "command_only",
-    is_flag=True,
-    help="Print only the exact `vllm serve ...` command line.",
-)
+@flag("--command", "command_only", help="Print only the exact `vllm serve ...` command line.")
 @set_option
 def profiles_show(name: str, command_only: bool, overrides: tuple[str, ...]) -> None:
     """Show profile NAME resolved (extends merged, overrides applied) and its command."""
@@ -101,11 +98,9 @@ def profiles_show(name: str, command_only: bool, overrides: tuple[str, ...]) -> 
 
 @profiles_group.command("check")
 @click.argument("names", nargs=-1)
-@click.option("--all", "all_profiles", is_flag=True, help="Check every shipped profile.")
-@click.option(
-    "--no-real", is_flag=True, help="Table checks only; skip the installed vLLM's own parser."
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+@flag("--all", "all_profiles", help="Check every shipped profile.")
+@flag("--no-real", help="Table checks only; skip the installed vLLM's own parser.")
+@flag("--json", "as_json", help="Print the checks as JSON.")
 def profiles_check(names: tuple[str, ...], all_profiles: bool, no_real: bool, as_json: bool) -> int:
     """Render each profile's command and validate it: the release's option table, and the real
     vLLM argparser + config classes where a build of the same release is installed.

@@ -28,3 +28,13 @@ def overrides_option(help: str) -> Decorator:
 
 def json_flag(help: str = "Print JSON instead of text.") -> Decorator:
     return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+def flag(*decls: str, help: str) -> Decorator:
+    """An on/off option (False unless given)."""
+    return click.option(*decls, is_flag=True, help=help)
+
+
+def text_option(*decls: str, help: str, metavar: str | None = None) -> Decorator:
+    """An optional string option (None unless given)."""
+    return click.option(*decls, default=None, metavar=metavar, help=help)

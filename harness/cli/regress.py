@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from harness.cli.cluster import executor_options, options_from
-from harness.cli.options import overrides_option, path_option
+from harness.cli.options import flag, overrides_option, path_option, text_option
 from harness.errors import ReproError
 
 _RUN = click.Path(exists=True, file_okay=False, path_type=Path)
@@ -49,19 +49,18 @@ def _write_markdown(path: Path | None, text: str) -> None:
 @click.command("regress")
 @click.option("--candidate", required=True, type=_RUN, help="Run directory to judge.")
 @click.option("--baseline", type=_RUN, help="Baseline run directory (instead of the history).")
-@click.option(
+@text_option(
     "--history",
     "history_key",
     metavar="KEY",
-    help="Baseline = median of the last N accepted runs with this history key "
-    "(`auto`, the default without --baseline: the candidate's own key).",
+    help="Baseline = median of the last N accepted runs with this history key (`auto`, the default without --baseline: the candidate's own key).",
 )
 @path_option(
     "--policy",
     help="Policy file (default: launch/policies/cpu.yaml for CPU profiles, default.yaml for GPU arms).",
 )
 @_DB
-@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@flag("--json", "as_json", help="Print the verdict as JSON.")
 @path_option("--markdown", help="Also write the verdict as markdown (PR comment / job summary).")
 @click.option(
     "--all-rows/--flagged-only",
@@ -125,7 +124,7 @@ def _parse_arm(values: tuple[str, ...]) -> dict[str, Path]:
     metavar="ARM=RUN",
     help="Map an arm to a run explicitly (repeatable); otherwise by profile name.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+@flag("--json", "as_json", help="Print results as JSON.")
 @path_option("--markdown", help="Also write a markdown table.")
 def claims_check(
     runs: tuple[Path, ...],
@@ -156,7 +155,7 @@ def _when(epoch: float) -> str:
 
 
 @history_group.command("list")
-@click.option("--key", help="Only this history key.")
+@text_option("--key", help="Only this history key.")
 @click.option("--state", type=click.Choice(["accepted", "rejected"]), help="Only this state.")
 @click.option("--json", "as_json", is_flag=True)
 @_DB
@@ -249,9 +248,8 @@ def _set_state(
 @history_group.command("accept")
 @click.argument("ref")
 @click.option("--reason", default="accepted by hand", show_default=True)
-@click.option(
+@flag(
     "--force",
-    is_flag=True,
     help="Accept a run that is not complete or has no valid point (recorded in the reason).",
 )
 @_DB
@@ -292,7 +290,7 @@ def history_reject(ref: str, reason: str, history_path: Path | None) -> None:
     "summary_path",
     help="Markdown summary path (default OUT/nightly-STAMP.md; also appended to $GITHUB_STEP_SUMMARY).",
 )
-@click.option("--no-dashboard", is_flag=True, help="Skip the HTML dashboard.")
+@flag("--no-dashboard", help="Skip the HTML dashboard.")
 @executor_options
 @_DB
 def nightly_cmd(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.options import path_option
+from harness.cli.options import flag, path_option, text_option
 
 
 def register(group: click.Group) -> None:
@@ -18,9 +18,8 @@ def register(group: click.Group) -> None:
 
 @click.command()
 @click.argument("runs", nargs=-1, required=True, metavar="RUN...")
-@click.option(
+@text_option(
     "--baseline",
-    default=None,
     metavar="RUN",
     help="Run every ratio is taken against (default: the first RUN); added if not among RUN.",
 )
@@ -29,7 +28,7 @@ def register(group: click.Group) -> None:
     dir_okay=False,
     help="Output .html file (default: dashboards/<run>[-vs-<run>].html or REPRO_DASHBOARDS).",
 )
-@click.option("--title", default=None, help="Page title (default: from the runs' metadata).")
+@text_option("--title", help="Page title (default: from the runs' metadata).")
 def report(
     runs: tuple[str, ...], baseline: str | None, out: Path | None, title: str | None
 ) -> None:
@@ -56,16 +55,14 @@ def report(
 @click.command()
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
-@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a table.")
+@flag("--json", "as_json", help="Print the rows as JSON instead of a table.")
 @click.option(
     "--tolerance",
     type=click.FloatRange(min=0.0),
     default=None,
     help="Relative change under which two values count as the same [default: 0.02].",
 )
-@click.option(
-    "--all", "include_empty", is_flag=True, help="Also list metrics that neither run has."
-)
+@flag("--all", "include_empty", help="Also list metrics that neither run has.")
 def compare(a: str, b: str, as_json: bool, tolerance: float | None, include_empty: bool) -> None:
     """Compare run B against run A, point by point, for every derived metric.
 
@@ -132,7 +129,7 @@ def compare(a: str, b: str, as_json: bool, tolerance: float | None, include_empt
     show_default=True,
     help="Overlay the blog's published MTP3 values (blog definition only).",
 )
-@click.option("--title", default=None, help="Figure title (default: from the runs' metadata).")
+@text_option("--title", help="Figure title (default: from the runs' metadata).")
 def figure(
     runs: tuple[str, ...], out: Path, definition: str, published: bool, title: str | None
 ) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.options import overrides_option, path_option
+from harness.cli.options import flag, overrides_option, path_option, text_option
 
 
 def register(group: click.Group) -> None:
@@ -30,15 +30,13 @@ def sim() -> None:
     metavar="K",
     help="Virtual time runs K x faster than the wall clock [default: 2].",
 )
-@click.option(
+@text_option(
     "--dataset",
-    default=None,
     metavar="RECIPE|FILE",
     help="Dataset whose tokenizer counts prompts [default: openhands-offline].",
 )
-@click.option(
+@text_option(
     "--tokenizer",
-    default=None,
     metavar="SPEC",
     help="Tokenizer spec (overrides the dataset's), e.g. tiny:tokenizer.",
 )
@@ -48,10 +46,8 @@ def sim() -> None:
     help="Simulator calibration, e.g. launch/calibrations/glm53-h200.yaml [default: roofline defaults, as repro simulate].",
 )
 @overrides_option("serve. profile override, or sim.PARAM=VALUE (repeatable).")
-@click.option(
-    "--reasoning-field",
-    is_flag=True,
-    help="Stream the reply as delta.reasoning (vLLM with a reasoning parser).",
+@flag(
+    "--reasoning-field", help="Stream the reply as delta.reasoning (vLLM with a reasoning parser)."
 )
 @click.option("--fail-rate", default=0.0, type=float, help="Fraction of requests -> HTTP 500.")
 @click.option(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.options import overrides_option, path_option
+from harness.cli.options import overrides_option, path_option, text_option
 from harness.paths import REPO_ROOT
 
 DEFAULT_CALIBRATION = REPO_ROOT / "launch" / "calibrations" / "glm53-h200.yaml"
@@ -32,10 +32,9 @@ def _fmt(value: float | None, spec: str) -> str:
         "  repro simulate calibrate"
     ),
 )
-@click.option("--profile", "profile", default=None, metavar="NAME", help="Serve profile.")
-@click.option(
+@text_option("--profile", "profile", metavar="NAME", help="Serve profile.")
+@text_option(
     "--dataset",
-    default=None,
     metavar="RECIPE|FILE",
     help="Per-turn token counts [default: blog-shaped, 128 x 13 turns].",
 )
@@ -53,7 +52,7 @@ def _fmt(value: float | None, spec: str) -> str:
     help="Only these points (the rest of the plan is skipped).",
 )
 @path_option("--out", file_okay=False, help="Parent of the run directory [default: results/].")
-@click.option("--run-id", default=None, help="Run directory name [default: sim-PROFILE-TIME].")
+@text_option("--run-id", help="Run directory name [default: sim-PROFILE-TIME].")
 @click.pass_context
 def simulate(
     ctx: click.Context,

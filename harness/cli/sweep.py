@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from harness.cli.cluster import executor_options, options_from
-from harness.cli.options import overrides_option, path_option
+from harness.cli.options import flag, overrides_option, path_option, text_option
 from harness.cluster.records import settle_job_run
 from harness.cluster.submit import sweep_as_job
 from harness.errors import ReproError
@@ -26,46 +26,32 @@ def register(group: click.Group) -> None:
 
 
 @click.command()
-@click.option(
+@text_option(
     "--profile",
     "profile",
-    default=None,
-    help="Profile name (launch/profiles/<name>.yaml) or a profile YAML path "
-    "(required unless --resume, which takes the run's own).",
+    help="Profile name (launch/profiles/<name>.yaml) or a profile YAML path (required unless --resume, which takes the run's own).",
 )
-@click.option(
+@text_option(
     "--dataset",
-    default=None,
     metavar="RECIPE|FILE",
     help="Dataset recipe name/path or a built swe_smith JSON (default: the profile's).",
 )
-@click.option(
-    "--url",
-    default=None,
-    help="Attach to a running OpenAI-compatible server instead of launching one.",
-)
+@text_option("--url", help="Attach to a running OpenAI-compatible server instead of launching one.")
 @path_option(
     "--out", help="Parent folder of the run directory (default: results/ or REPRO_RESULTS)."
 )
-@click.option("--run-id", default=None, help="Run directory name (default: <profile>-<UTC time>).")
+@text_option("--run-id", help="Run directory name (default: <profile>-<UTC time>).")
 @path_option(
     "--resume",
     exists=True,
     file_okay=False,
     help="Continue a partial run from its first unfinished point.",
 )
-@click.option(
-    "--dry-run",
-    is_flag=True,
-    help="Print the plan (points, offsets, conversations, commands); write nothing.",
-)
-@click.option(
-    "--fail-fast",
-    is_flag=True,
-    help="Stop at the first invalid point instead of restarting and continuing.",
-)
+@flag("--dry-run", help="Print the plan (points, offsets, conversations, commands); write nothing.")
+@flag("--fail-fast", help="Stop at the first invalid point instead of restarting and continuing.")
 @overrides_option(
-    "Override one profile field for this run: serve.KEY=VALUE or sweep.KEY=VALUE (VALUE is YAML; serve.KEY=null removes). Repeatable; recorded in the run."
+    "Override one profile field for this run: serve.KEY=VALUE or sweep.KEY=VALUE (VALUE is "
+    "YAML; serve.KEY=null removes). Repeatable; recorded in the run."
 )
 @click.option(
     "--repeats",
@@ -75,10 +61,9 @@ def register(group: click.Group) -> None:
     help="Run each point N times (fresh conversations where the dataset allows); the "
     "summary adds per-point median and 95% CI.",
 )
-@click.option(
+@text_option(
     "--points",
     "only_points",
-    default=None,
     metavar="c1,c8",
     help="Only these points (labels like c8), with the offsets of the full sweep.",
 )
@@ -88,9 +73,8 @@ def register(group: click.Group) -> None:
     default=None,
     help="Serve on this port instead of the profile's (launched server only).",
 )
-@click.option(
+@flag(
     "--allow-incoherent",
-    is_flag=True,
     help="Count the points even when the profile's coherence check fails (recorded in the run).",
 )
 @click.option(
@@ -117,11 +101,9 @@ def register(group: click.Group) -> None:
     metavar="ARG",
     help="--engine sim: extra `repro sim serve` argument, e.g. --sim-arg=--fail-rate=0.01.",
 )
-@click.option("--no-report", is_flag=True, help="Skip the HTML report and the figures at the end.")
+@flag("--no-report", help="Skip the HTML report and the figures at the end.")
 @executor_options
-@click.option(
-    "--no-wait", is_flag=True, help="slurm: submit and return (`repro runs list` follows it)."
-)
+@flag("--no-wait", help="slurm: submit and return (`repro runs list` follows it).")
 def sweep(
     profile: str | None,
     dataset: str | None,

@@ -7,7 +7,7 @@ from typing import Any
 import requests
 
 from harness.errors import ServerError
-from harness.serve.http import live_facts, loopback_session
+from harness.serve.endpoints import live_facts, loopback_session
 
 
 class AttachedServer:

@@ -31,7 +31,7 @@ import requests
 from harness.errors import ServerError
 from harness.paths import cache_dir
 from harness.serve.builds import BuildEnv, ensure_build, get_build, nvidia_gpu_count
-from harness.serve.http import live_facts, loopback_session
+from harness.serve.endpoints import live_facts, loopback_session
 from harness.serve.lifeline import GroupGuard, guard_group
 from harness.serve.profiles import Profile, load_profile, render_serve_command
 from harness.serve.provenance import (
