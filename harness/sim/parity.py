@@ -73,11 +73,17 @@ class CpuServe:
     max_model_len: int
     prefix_caching: bool
 
+    @property
+    def usable_blocks(self) -> int:
+        """vLLM's BlockPool keeps block 0 as the null block: N configured, N - 1 allocatable
+        (block_pool.py; `kv_cache_usage_perc` divides by N - 1 too)."""
+        return self.blocks - 1
+
     def static_limit(self, seq_len: int) -> int:
         """The capacity model's baseline limit (harness.capacity.formulas.capacity_at):
         requests of `seq_len` tokens whose blocks fit the pool at once, capped by max-num-seqs."""
         per_request = math.ceil(seq_len / self.block_tokens)
-        return min(self.max_num_seqs, self.blocks // per_request)
+        return min(self.max_num_seqs, self.usable_blocks // per_request)
 
 
 def _pos_int(where: str, key: str, value: Any) -> int:
@@ -351,6 +357,21 @@ def _resent_reply_excess(run: Run, points: list[PointDeltas]) -> float:
 # --------------------------------------------------------------------------- the engine
 
 
+class ResentPolicy(GpuOnly):
+    """GPU-only caching where a finished turn leaves only its prompt's full blocks reusable.
+
+    The next turn re-sends the reply as text, re-tokenised with its template; for the tiny
+    random-weight models that rarely gives back the generated tokens, so the prefix hit ends
+    with the previous prompt (the base run's hits are exactly its previous prompts' full
+    blocks). A preempted request keeps its output blocks: it resumes with the same tokens.
+    """
+
+    def full_blocks(self, req: Request) -> int:
+        if req.done:
+            return min(req.computed, req.prompt) // self.block_tokens
+        return req.computed // self.block_tokens
+
+
 class CpuEngine(Engine):
     """The simulated CPU server: the engine enters a request `overhead_s` after the client
     sent it (all out-of-engine time is put before the engine; occupancy cannot tell)."""
@@ -376,7 +397,7 @@ class CpuSetup:
 
     def build(self) -> Engine:
         s = self.serve
-        policy = GpuOnly(s.blocks, s.block_tokens, s.prefix_caching)
+        policy = ResentPolicy(s.usable_blocks, s.block_tokens, s.prefix_caching)
         sched = Scheduler(
             policy,
             max_num_seqs=s.max_num_seqs,
@@ -390,7 +411,8 @@ class CpuSetup:
         return {
             "device": "cpu",
             "policy": "gpu",
-            "pool_units": self.serve.blocks,
+            "num_gpu_blocks": self.serve.blocks,
+            "pool_units": self.serve.usable_blocks,
             "block_tokens": self.serve.block_tokens,
             "max_num_seqs": self.serve.max_num_seqs,
             "max_num_batched_tokens": self.serve.max_num_batched_tokens,
