@@ -32,6 +32,7 @@ from harness.analysis.metrics import counter_delta
 from harness.client.scrape import read_samples_csv
 from harness.errors import ConfigError, RunError
 from harness.results import PointRecord, Run, RunLayout, load_run
+from harness.serve.tiny.models import model_spec
 from harness.sim.client import Workload
 from harness.sim.cost import StepStats
 from harness.sim.engine import Engine
@@ -39,7 +40,6 @@ from harness.sim.mtp import Mtp
 from harness.sim.policies import GpuOnly
 from harness.sim.request import Request
 from harness.sim.scheduler import Scheduler
-from harness.serve.tiny.models import model_spec
 
 # vLLM 0.32.0 on CPU (engine/arg_utils.py, the OpenAI server's CPU defaults; platforms/cpu.py
 # turns async scheduling off, so one schedule() per executed step, as the simulator does).
@@ -217,7 +217,9 @@ class CpuCost:
 
     def step_time(self, s: StepStats) -> float:
         return (
-            self.step_s + self.per_seq_s * s.decode_reqs + self.per_prefill_token_s * s.prefill_tokens
+            self.step_s
+            + self.per_seq_s * s.decode_reqs
+            + self.per_prefill_token_s * s.prefill_tokens
         )
 
     def pcie_bytes_per_s(self) -> float:
@@ -286,23 +288,30 @@ def _deltas(run: Run, point: PointRecord) -> PointDeltas:
 
 
 def fit_cpu_cost(run_dir: Path | str) -> tuple[CpuCost, list[PointDeltas]]:
-    """Fit `CpuCost` on an unpressured real run with a c1 point and at least one more point.
-
-    c1 gives one decode step (a + b) and one prefill (a + b + c x new tokens); the highest
-    point's TPOT at its mean running count splits a from b, net of the prefill tokens that
-    share its steps. The overhead is the mean over points (it is what the gauge misses).
-    """
+    """Fit `CpuCost` on an unpressured real run with a c1 point and at least one more point."""
     run = load_run(run_dir)
     if run.manifest.engine == "sim":
         raise RunError(f"{run.root}: a simulated run; fit on a real one")
-    points = [_deltas(run, p) for p in run.valid_points()]
-    if any(p.preemptions for p in run.valid_points() if p.metrics.get("preemptions")):
+    if any(p.metrics.get("preemptions") for p in run.valid_points()):
         raise RunError(f"{run.root}: the fit run has preemptions; fit on an unpressured run")
+    points = [_deltas(run, p) for p in run.valid_points()]
+    try:
+        cost = cost_from_deltas(points, _resent_reply_excess(run, points), str(run.root))
+    except ValueError as exc:
+        raise RunError(f"{run.root}: {exc}") from None
+    return cost, points
+
+
+def cost_from_deltas(points: list[PointDeltas], resent: float, source: str) -> CpuCost:
+    """c1 gives one decode step (a + b) and one prefill (a + b + c x new tokens); the highest
+    point's TPOT at its mean running count splits a from b, net of the prefill tokens that
+    share its steps (each step emits one token per running request). The out-of-engine time
+    is a line in the client's parallelism (one API server process serves every stream)."""
     ones = [p for p in points if p.parallel == 1]
     many = [p for p in points if p.parallel > 1 and p.occupancy]
     if not ones or not many:
-        raise RunError(
-            f"{run.root}: need a valid c1 point and a valid point above c1 with an occupancy "
+        raise ValueError(
+            "need a valid c1 point and a valid point above c1 with an occupancy "
             f"(have {[p.label for p in points]})"
         )
     one, top = ones[0], max(many, key=lambda p: p.parallel)
@@ -310,21 +319,11 @@ def fit_cpu_cost(run_dir: Path | str) -> tuple[CpuCost, list[PointDeltas]]:
     prefill1 = one.prefill_s / one.requests
     c = max(0.0, (prefill1 - decode1) / max(one.new_prompt_tokens, 1.0))
     occ = float(top.occupancy or 1.0)
-    steps = top.generation_tokens / occ  # each step emits a token per running request
-    per_step_prefill = (top.prompt_tokens - top.cached_tokens) / steps
+    per_step_prefill = (top.prompt_tokens - top.cached_tokens) * occ / top.generation_tokens
     b = (top.tpot_s - decode1 - c * per_step_prefill) / max(occ - 1.0, 1e-9)
     b = min(max(b, 0.0), decode1)
     o0, o1 = _line([(float(p.parallel), max(p.overhead_s, 0.0)) for p in points])
-    cost = CpuCost(
-        decode1 - b,
-        b,
-        c,
-        max(o0 + o1, 0.0),
-        max(o1, 0.0),
-        _resent_reply_excess(run, points),
-        source=str(run.root),
-    )
-    return cost, points
+    return CpuCost(decode1 - b, b, c, max(o0 + o1, 0.0), max(o1, 0.0), resent, source=source)
 
 
 def _line(xy: list[tuple[float, float]]) -> tuple[float, float]:
@@ -346,9 +345,9 @@ def _resent_reply_excess(run: Run, points: list[PointDeltas]) -> float:
     wl = run_workload(run)
     reply = int(run.manifest.sweep["max_tokens"])
     turns = wl.num_turns
-    modelled = sum(
-        sum(u[:t]) + (t - 1) * reply for u in wl.turns for t in range(1, turns + 1)
-    ) / (len(wl.turns) * turns)
+    modelled = sum(sum(u[:t]) + (t - 1) * reply for u in wl.turns for t in range(1, turns + 1)) / (
+        len(wl.turns) * turns
+    )
     measured = sum(p.prompt_tokens for p in points) / sum(p.requests for p in points)
     earlier = (turns - 1) / 2  # mean number of earlier turns per request
     return (measured - modelled) / earlier if earlier else 0.0

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.client.scrape import write_samples_csv
+from harness.analysis.metrics import gauge_per_scrape
+from harness.client.scrape import read_samples_csv, write_samples_csv
 from harness.errors import RunError
 from harness.results import (
     PointRecord,
+    Run,
     RunLayout,
     RunManifest,
     atomic_write_json,
@@ -42,14 +44,19 @@ def _resent(workload: Workload, extra: float) -> Workload:
     return Workload(turns, f"{workload.source} (+{add} tokens per re-sent reply)")
 
 
-def simulate_like(real_run: Path | str, cost: CpuCost) -> tuple[Any, list[tuple[PointRecord, list]]]:
+def simulate_like(
+    real_run: Path | str, cost: CpuCost
+) -> tuple[Any, list[tuple[PointRecord, list]]]:
     """Simulate `real_run`'s profile and sweep with `cost`: (manifest, [(record, samples)])."""
     run = load_run(real_run)
     man = run.manifest
     if man.engine == "sim":
         raise RunError(f"{run.root}: a simulated run; predict a real one")
-    setup = CpuSetup(cpu_serve(man.profile), cost, str(man.profile.get("serve", {}).get(
-        "served-model-name", "tiny")))
+    setup = CpuSetup(
+        cpu_serve(man.profile),
+        cost,
+        str(man.profile.get("serve", {}).get("served-model-name", "tiny")),
+    )
     workload = _resent(run_workload(run), cost.resent_reply_tokens)
     sweep = man.sweep
     turns = min(workload.num_turns, sweep.get("max_turns") or workload.num_turns)
@@ -64,7 +71,11 @@ def simulate_like(real_run: Path | str, cost: CpuCost) -> tuple[Any, list[tuple[
     for plan in planned:
         engine.overhead_s = cost.overhead_at(plan.parallel)  # type: ignore[attr-defined]
         client = PointClient(
-            workload, plan.conversations, plan.parallel, turns, sweep["max_tokens"],
+            workload,
+            plan.conversations,
+            plan.parallel,
+            turns,
+            sweep["max_tokens"],
             setup.max_model_len,
         )
         res = engine.run_point(client, float(sweep["scrape_interval_s"]))
@@ -140,7 +151,13 @@ class ParityRow:
         return None if not m or p is None else (p - m) / m
 
 
-PARITY_METRICS = ("occupancy", "waiting_mean", "waiting_max", "preemptions", "client_in_flight_mean")
+PARITY_METRICS = (
+    "occupancy",
+    "waiting_mean",
+    "waiting_max",
+    "preemptions",
+    "client_in_flight_mean",
+)
 
 
 def _longest(workload: Workload, sweep: dict[str, Any]) -> int:
@@ -161,6 +178,26 @@ def static_limit(sim_manifest: RunManifest) -> int | None:
     return min(seqs, pool // -(-seq // bt))
 
 
+def waiting_busy_mean(run: Run, point: PointRecord) -> float | None:
+    """Mean `num_requests_waiting` over the scrapes where the server had work (running or
+    waiting > 0). A real point's samples include the client's start-up (seconds of an idle
+    server), which dilutes `waiting_mean`; a simulated point has none."""
+    path = RunLayout(run.root).samples_csv(point.point_id)
+    if not path.exists():
+        return None
+    samples = read_samples_csv(path, ["vllm:num_requests_running", "vllm:num_requests_waiting"])
+    running = dict(gauge_per_scrape(samples, "vllm:num_requests_running"))
+    waiting = dict(gauge_per_scrape(samples, "vllm:num_requests_waiting"))
+    busy = [w for t, w in waiting.items() if w > 0 or running.get(t, 0.0) > 0]
+    return sum(busy) / len(busy) if busy else None
+
+
+def _measures(run: Run, point: PointRecord) -> dict[str, float | None]:
+    out = {k: point.metrics.get(k) for k in PARITY_METRICS}
+    out["waiting_busy_mean"] = waiting_busy_mean(run, point)
+    return out
+
+
 def parity_rows(real_run: Path | str, sim_run: Path | str) -> list[ParityRow]:
     """One row per real point that the simulated run also has (matched by point id)."""
     real, sim = load_run(real_run), load_run(sim_run)
@@ -171,8 +208,8 @@ def parity_rows(real_run: Path | str, sim_run: Path | str) -> list[ParityRow]:
             point.point_id,
             point.label,
             limit,
-            {k: point.metrics.get(k) for k in PARITY_METRICS},
-            {k: by_id[point.point_id].metrics.get(k) for k in PARITY_METRICS},
+            _measures(real, point),
+            _measures(sim, by_id[point.point_id]),
         )
         for point in real.points
         if point.point_id in by_id
@@ -182,7 +219,7 @@ def parity_rows(real_run: Path | str, sim_run: Path | str) -> list[ParityRow]:
 def format_rows(rows: list[ParityRow]) -> str:
     head = (
         f"{'point':<15}{'limit':>6}  {'occupancy meas/pred (err)':<28}"
-        f"{'waiting mean meas/pred':<24}{'waiting max':<14}{'preemptions':<12}"
+        f"{'waiting busy meas/pred':<24}{'waiting max':<14}{'preemptions':<12}"
     )
     lines = [head]
     for r in rows:
@@ -191,7 +228,7 @@ def format_rows(rows: list[ParityRow]) -> str:
         occ = f"{_f(m['occupancy'])}/{_f(p['occupancy'])} ({_pct(err)})"
         lines.append(
             f"{r.point_id:<15}{_f(r.static_limit, 'd'):>6}  {occ:<28}"
-            f"{_f(m['waiting_mean'])}/{_f(p['waiting_mean']):<18}"
+            f"{_f(m['waiting_busy_mean'])}/{_f(p['waiting_busy_mean']):<19}"
             f"{_f(m['waiting_max'], '.0f')}/{_f(p['waiting_max'], '.0f'):<11}"
             f"{_f(m['preemptions'], '.0f')}/{_f(p['preemptions'], '.0f')}"
         )
