@@ -241,3 +241,28 @@ def _f(value: float | int | None, spec: str = ".2f") -> str:
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:+.0f}%"
+
+
+def same_order(a: float | None, b: float | None, factor: float = 3.0) -> bool:
+    """Counts of the same order: (a + 1) and (b + 1) within `factor` of each other (the +1
+    lets 0 and 1 preemptions agree, 0 and 5 not)."""
+    if a is None or b is None:
+        return False
+    lo, hi = sorted((a + 1.0, b + 1.0))
+    return hi <= factor * lo
+
+
+def target_misses(rows: list[ParityRow]) -> list[str]:
+    """Issue 12's parity targets, per point: occupancy within 15 %, waiting (busy mean, max)
+    and preemptions of the same order. [] when every point meets them."""
+    misses = []
+    for r in rows:
+        err = r.occupancy_error
+        if err is None or abs(err) > OCCUPANCY_TOLERANCE:
+            misses.append(
+                f"{r.label}: occupancy {r.predicted['occupancy']} vs {r.measured['occupancy']}"
+            )
+        for key in ("waiting_busy_mean", "waiting_max", "preemptions"):
+            if not same_order(r.predicted.get(key), r.measured.get(key)):
+                misses.append(f"{r.label}: {key} {r.predicted.get(key)} vs {r.measured.get(key)}")
+    return misses
