@@ -371,15 +371,44 @@ class ResentPolicy(GpuOnly):
         return req.computed // self.block_tokens
 
 
+class StatsScheduler(Scheduler):
+    """The scheduler with vLLM's stats timing: `make_stats()` runs at the end of
+    `update_from_output()` (scheduler.py), after the step's finished requests left and before
+    the next `schedule()` admits anyone, and the gauges hold that snapshot until the next step
+    ends. A request admitted into a step is counted running only once that step is done
+    (pitfalls.md: on slow prefill the gauge lags the requests in flight)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.snapshot: tuple[int, int, int] = (0, 0, 0)  # running, waiting, used units
+
+    def update(self, batch: list[Any], end: float) -> list[Request]:
+        finished = super().update(batch, end)
+        self.snapshot = (len(self.running), len(self.waiting), self.policy.pool.used)
+        return finished
+
+
 class CpuEngine(Engine):
     """The simulated CPU server: the engine enters a request `overhead_s` after the client
-    sent it (all out-of-engine time is put before the engine; occupancy cannot tell)."""
+    sent it (all out-of-engine time is put before the engine; occupancy cannot tell), and the
+    gauges read the last step's stats snapshot (`StatsScheduler`)."""
 
     overhead_s = 0.0  # set per point (it grows with the client's parallelism)
 
     def _submit(self, req: Request) -> None:
         ready = req.arrival + self.overhead_s
         heapq.heappush(self.pending, (ready, req.rid, req))
+
+    def gauges(self) -> dict[str, float]:
+        sched = self.scheduler
+        if not isinstance(sched, StatsScheduler):
+            return super().gauges()
+        running, waiting, used = sched.snapshot
+        return {
+            "vllm:num_requests_running": float(running),
+            "vllm:num_requests_waiting": float(waiting),
+            "vllm:kv_cache_usage_perc": used / self.policy.pool.capacity,
+        }
 
 
 @dataclass(frozen=True)
@@ -397,7 +426,7 @@ class CpuSetup:
     def build(self) -> Engine:
         s = self.serve
         policy = ResentPolicy(s.usable_blocks, s.block_tokens, s.prefix_caching)
-        sched = Scheduler(
+        sched = StatsScheduler(
             policy,
             max_num_seqs=s.max_num_seqs,
             max_num_batched_tokens=s.max_num_batched_tokens,

@@ -177,3 +177,20 @@ def test_cost_fit_needs_c1_and_a_higher_point():
     with pytest.raises(ValueError, match="above c1"):
         cost_from_deltas([one], 0.0, "x")
     assert isinstance(CpuCost(0.001, 0.0, 0.0, 0.0).pcie_bytes_per_s(), float)
+
+
+def test_gauges_read_the_last_steps_stats_so_a_new_prefill_counts_only_after_its_step():
+    # vLLM makes the stats at the end of update_from_output: a request admitted into step 1
+    # (prefill, 0-1 s) is not running on the gauge until step 1 is over. Steps take 1 s.
+    from harness.sim.client import PointClient, Workload
+    from harness.sim.parity import CpuServe, CpuSetup
+
+    serve = CpuServe(4, 128, 128, 2048, 512, True)
+    engine = CpuSetup(serve, CpuCost(1.0, 0.0, 0.0, 0.0)).build()
+    client = PointClient(Workload(((200,),)), [0], 1, 1, 2, 512)
+    res = engine.run_point(client, 0.5)
+    running = [(s.timestamp, s.value) for s in res.samples if s.name.endswith("running")]
+    usage = [s.value for s in res.samples if s.name.endswith("usage_perc")]
+    # start, 0.5 and 1.0 (step 1 in flight): 0; 1.5 and 2.0 (step 2, decode): 1; end: 0.
+    assert running == [(0.0, 0), (0.5, 0), (1.0, 0), (1.5, 1), (2.0, 1), (2.0, 0)]
+    assert usage[3] == pytest.approx(2 / 3)  # 2 of the 3 usable blocks (200 tokens + 1)
