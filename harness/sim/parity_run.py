@@ -88,15 +88,15 @@ def predict_run(
     fit_run: Path | str, real_run: Path | str, out: Path, run_id: str | None = None
 ) -> Path:
     """Fit on `fit_run`, simulate `real_run`'s sweep; write and return the simulated run dir."""
-    cost, _ = fit_cpu_cost(fit_run)
-    (man, setup, workload), results = simulate_like(real_run, cost)
-    rid = run_id or f"sim-{man.run_id}"
-    run_dir = Path(out) / rid
     real_root = Path(real_run).resolve()
-    if run_dir.exists() or run_dir.resolve() == real_root:
+    rid = run_id or f"sim-{load_run(real_run).manifest.run_id}"
+    run_dir = Path(out) / rid
+    if run_dir.exists():
         raise RunError(
             f"{run_dir}: already exists; a simulation never writes into an existing run directory"
         )
+    cost, _ = fit_cpu_cost(fit_run)
+    (man, setup, workload), results = simulate_like(real_run, cost)
     layout = RunLayout(run_dir)
     run_dir.mkdir(parents=True)
     fit = {"path": str(Path(fit_run).resolve()), "kind": "cpu-parity-fit", "params": asdict(cost)}
