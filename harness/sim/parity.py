@@ -283,7 +283,9 @@ def _deltas(run: Run, point: PointRecord) -> PointDeltas:
         queue_s=delta("vllm:request_queue_time_seconds_sum"),
         inference_s=delta("vllm:request_inference_time_seconds_sum"),
         client_latency_s=client.mean_latency_s,
-        occupancy=point.metrics.get("occupancy"),
+        # The gauge's mean running count; a short point can have no nonzero scrape (pitfalls.md),
+        # then the client's time-weighted in-flight mean stands in for the batch size.
+        occupancy=point.metrics.get("occupancy") or point.metrics.get("client_in_flight_mean"),
     )
 
 
@@ -311,7 +313,8 @@ def cost_from_deltas(points: list[PointDeltas], resent: float, source: str) -> C
     many = [p for p in points if p.parallel > 1 and p.occupancy]
     if not ones or not many:
         raise ValueError(
-            "need a valid c1 point and a valid point above c1 with an occupancy "
+            "need a valid c1 point and a valid point above c1 with an occupancy or a client "
+            "in-flight mean "
             f"(have {[p.label for p in points]})"
         )
     one, top = ones[0], max(many, key=lambda p: p.parallel)
