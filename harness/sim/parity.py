@@ -155,7 +155,7 @@ def tiny_kv_bytes_per_token(model: str) -> int:
 # --------------------------------------------------------------------------- the workload
 
 
-def manifest_workload(manifest_path: Path, reply_tokens: int) -> Workload:
+def manifest_workload(manifest_path: Path) -> Workload:
     """Per-turn token counts as the server sees them: the dataset manifest's templated prompt
     lengths, with the builder's assumed reply replaced by the sweep's fixed `max_tokens`.
 
@@ -188,13 +188,12 @@ def manifest_workload(manifest_path: Path, reply_tokens: int) -> Workload:
         convs.append(tuple(turns))
     if not convs:
         raise ConfigError(f"{manifest_path}: no conversations")
-    del reply_tokens  # the client adds the fixed reply; kept in the signature for clarity
     return Workload(tuple(convs), f"{manifest_path} (templated)")
 
 
 def run_workload(run: Run) -> Workload:
     path = Path(run.manifest.dataset.get("path", "")).with_suffix(".json.manifest.json")
-    return manifest_workload(path, int(run.manifest.sweep["max_tokens"]))
+    return manifest_workload(path)
 
 
 # --------------------------------------------------------------------------- the cost

@@ -68,13 +68,13 @@ def test_manifest_workload_takes_the_assumed_reply_out_of_templated_counts(tmp_p
         "conversations": [{"index": 0, "turns": turns}],
     }
     path.write_text(json.dumps(data))
-    wl = manifest_workload(path, 64)
+    wl = manifest_workload(path)
     # 808 - 528 - 220 = 60 new tokens (48 user + 12 template) per later turn.
     assert wl.turns == ((528, 60, 60),)
     data["conversations"][0]["turns"][1]["templated_prompt_tokens"] = 700  # shrinks: < 1
     path.write_text(json.dumps(data))
     with pytest.raises(ConfigError, match="conversation 0"):
-        manifest_workload(path, 64)
+        manifest_workload(path)
 
 
 def test_finished_turn_leaves_only_its_prompt_blocks_but_a_preempted_one_keeps_output():
