@@ -5,12 +5,14 @@ the prediction to issue 12's targets. One server start per profile, three short 
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
+from harness.cli import cli
 from harness.report.dashboard import write_report
 from harness.results import load_run
 from harness.run.sweep import SweepRequest, run_sweep
 from harness.sim.parity import fit_cpu_cost
-from harness.sim.parity_run import format_rows, parity_rows, predict_run, target_misses
+from harness.sim.parity_run import format_rows, parity_rows, target_misses
 
 pytestmark = pytest.mark.e2e
 
@@ -36,7 +38,11 @@ def test_simulator_predicts_the_pressured_cpu_server(server_factory, tmp_path):
     cost, _ = fit_cpu_cost(base)
     assert cost.step_s > 0 and cost.per_prefill_token_s > 0
 
-    sim_dir = predict_run(base, pressured, tmp_path / "sim")
+    args = ["simulate", "parity", "--fit", str(base), "--run", str(pressured)]
+    result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "sim")])
+    assert result.exit_code == 0, result.output
+    sim_dir = tmp_path / "sim" / "sim-p16"
+    assert result.output.strip().endswith(str(sim_dir)) and "c8" in result.output
     sim = load_run(sim_dir)
     assert sim.manifest.engine == "sim"
     assert sim.manifest.build["calibration"]["kind"] == "cpu-parity-fit"
