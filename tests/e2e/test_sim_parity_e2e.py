@@ -17,11 +17,11 @@ from harness.sim.parity_run import format_rows, parity_rows, target_misses
 pytestmark = pytest.mark.e2e
 
 
-def _sweep(server, profile: str, points: str, out, run_id: str):
+def _sweep(server, profile: str, points: str, out, run_id: str, extra: tuple[str, ...] = ()):
     return run_sweep(
         SweepRequest(
             profile,
-            overrides=[f"sweep.points={points}"],
+            overrides=[f"sweep.points={points}", *extra],
             url=server.base_url,
             out=out,
             run_id=run_id,
@@ -32,8 +32,15 @@ def _sweep(server, profile: str, points: str, out, run_id: str):
 
 def test_simulator_predicts_the_pressured_cpu_server(server_factory, tmp_path):
     base = _sweep(server_factory("cpu-tiny"), "cpu-tiny", "[[1,2],[4,8]]", tmp_path, "base")
+    # Longer replies and 0.5 s scrapes: occupancy is a mean over scrapes, and a 6 s point at
+    # 1 s gives 3 nonzero samples on a loaded machine, too few to test 15 % on.
     pressured = _sweep(
-        server_factory("cpu-tiny-pressure"), "cpu-tiny-pressure", "[[8,16]]", tmp_path, "p16"
+        server_factory("cpu-tiny-pressure"),
+        "cpu-tiny-pressure",
+        "[[8,16]]",
+        tmp_path,
+        "p16",
+        ("sweep.max_tokens=128", "sweep.scrape_interval_s=0.5"),
     )
     cost, _ = fit_cpu_cost(base)
     assert cost.step_s > 0 and cost.per_prefill_token_s > 0
@@ -52,7 +59,9 @@ def test_simulator_predicts_the_pressured_cpu_server(server_factory, tmp_path):
     # The pressure is real: fewer running than configured, requests queue behind the pool.
     measured = rows[0].measured
     assert measured["occupancy"] < 8 and measured["waiting_max"] >= 1, table
-    assert rows[0].static_limit == 1  # 15 usable blocks // 8 blocks for the 4th turn
+    # 4th turn: 528 + 3 x (60 + re-sent excess) + 3 x 128 prompt + 128 reply > 7 blocks of 128,
+    # so 15 usable blocks hold one such request.
+    assert rows[0].static_limit == 1
     assert target_misses(rows) == [], table
 
     page = write_report([pressured], predicted=[sim_dir], out=tmp_path / "r.html")
