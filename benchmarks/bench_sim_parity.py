@@ -46,11 +46,11 @@ def main() -> int:
     )
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for real in pressured:
+        for index, real in enumerate(pressured):
             t0 = time.perf_counter()
-            first = predict_run(base, real, Path(tmp) / "a")
+            first = predict_run(base, real, Path(tmp) / f"a{index}")
             elapsed = time.perf_counter() - t0
-            second = predict_run(base, real, Path(tmp) / "b")
+            second = predict_run(base, real, Path(tmp) / f"b{index}")
             same = _records(first) == _records(second)
             rows = parity_rows(real, first)
             misses = target_misses(rows)

@@ -282,9 +282,10 @@ def _deltas(run: Run, point: PointRecord) -> PointDeltas:
         queue_s=delta("vllm:request_queue_time_seconds_sum"),
         inference_s=delta("vllm:request_inference_time_seconds_sum"),
         client_latency_s=client.mean_latency_s,
-        # The gauge's mean running count; a short point can have no nonzero scrape (pitfalls.md),
-        # then the client's time-weighted in-flight mean stands in for the batch size.
-        occupancy=point.metrics.get("occupancy") or point.metrics.get("client_in_flight_mean"),
+        # The batch size for the fit: the client's time-weighted in-flight mean (exact request
+        # times), not the gauge: a short unpressured point has only a few 1 s scrapes (pitfalls.md;
+        # a 3 s c4 point read 1.0). The gauge's mean is the fallback without client timings.
+        occupancy=point.metrics.get("client_in_flight_mean") or point.metrics.get("occupancy"),
     )
 
 
