@@ -306,9 +306,10 @@ def fit_cpu_cost(run_dir: Path | str) -> tuple[CpuCost, list[PointDeltas]]:
 
 def cost_from_deltas(points: list[PointDeltas], resent: float, source: str) -> CpuCost:
     """c1 gives one decode step (a + b) and one prefill (a + b + c x new tokens); the highest
-    point's TPOT at its mean running count splits a from b, net of the prefill tokens that
-    share its steps (each step emits one token per running request). The out-of-engine time
-    is a line in the client's parallelism (one API server process serves every stream)."""
+    point's TPOT at its batch size (the client in-flight mean) splits a from b, net of the
+    prefill tokens that share its steps (each step emits one token per running request). The
+    out-of-engine time is a line in the client's parallelism (one API server process serves
+    every stream)."""
     ones = [p for p in points if p.parallel == 1]
     many = [p for p in points if p.parallel > 1 and p.occupancy]
     if not ones or not many:
