@@ -29,8 +29,20 @@ def register(group: click.Group) -> None:
     help="Output .html file (default: dashboards/<run>[-vs-<run>].html or REPRO_DASHBOARDS).",
 )
 @text_option("--title", help="Page title (default: from the runs' metadata).")
+@click.option(
+    "--predicted",
+    "predicted",
+    multiple=True,
+    metavar="SIMRUN",
+    help="A simulated run (repro simulate) to overlay on the real RUN: figures, tables and a "
+    "static-limit / predicted / measured table per point. Repeatable.",
+)
 def report(
-    runs: tuple[str, ...], baseline: str | None, out: Path | None, title: str | None
+    runs: tuple[str, ...],
+    baseline: str | None,
+    out: Path | None,
+    title: str | None,
+    predicted: tuple[str, ...],
 ) -> None:
     """Write one standalone, offline HTML dashboard for one or more runs.
 
@@ -43,12 +55,14 @@ def report(
     Examples:
       repro report results/cpu-tiny-20260101-000000
       repro report results/nightly-b --baseline results/nightly-a --out pr.html
+      repro report results/cpu-tiny-pressure-x --predicted results/sim-cpu-tiny-pressure-x
     """
     from harness.report.dashboard import resolve_run_dir, write_report
 
     dirs = [resolve_run_dir(r) for r in runs]
     base = resolve_run_dir(baseline) if baseline else None
-    path = write_report(dirs, baseline=base, out=out, title=title)
+    sims = [resolve_run_dir(r) for r in predicted]
+    path = write_report(dirs, baseline=base, out=out, title=title, predicted=sims)
     click.echo(str(path))
 
 

@@ -165,3 +165,46 @@ def calibrate(out: Path, max_evals: int, model: str, gpu: str, start: Path | Non
                 f"{_fmt(m.get('interactivity'), '7.1f')} "
                 f"{_fmt(m.get('throughput_per_gpu'), '7.0f')}"
             )
+
+
+@simulate.command("parity")
+@click.option(
+    "--fit",
+    "fit_run",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    required=True,
+    help="An unpressured real CPU run (with a c1 point) to fit the step cost on.",
+)
+@click.option(
+    "--run",
+    "real_run",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    required=True,
+    help="The real CPU run to predict (its profile and sweep, from its manifest).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Parent of the simulated run directory [default: results/].",
+)
+@click.option("--run-id", default=None, help="Run directory name [default: sim-RUN].")
+def parity(fit_run: Path, real_run: Path, out: Path | None, run_id: str | None) -> None:
+    """Predict a real CPU run from a step cost fitted on another (CPU parity, issue 12).
+
+    Prints occupancy, waiting and preemptions per point, predicted beside measured, with the
+    static limit; `repro report RUN --predicted SIMRUN` shows the same in the dashboard.
+
+    \b
+    Example:
+      repro simulate parity --fit results/cpu-tiny-base --run results/cpu-tiny-pressure-x
+    """
+    from harness.paths import results_dir
+    from harness.sim.parity_run import format_rows, parity_rows, predict_run, target_misses
+
+    sim_dir = predict_run(fit_run, real_run, out or results_dir(), run_id)
+    rows = parity_rows(real_run, sim_dir)
+    click.echo(format_rows(rows))
+    for miss in target_misses(rows):
+        click.echo(f"  outside the parity targets: {miss}")
+    click.echo(str(sim_dir))

@@ -38,6 +38,7 @@ from harness.capacity.figures import capacity_figures
 from harness.errors import ReproError, RunError
 from harness.paths import dashboards_dir, results_dir
 from harness.report.figures import Series, figure_title, load_published, pareto_figure, run_series
+from harness.report.predicted import predicted_tables
 from harness.report.tables import curve_table, fmt_cell, point_tables, provenance, when
 from harness.report.timeseries import timeseries_figures
 from harness.results import Run, atomic_write_text, load_run
@@ -168,10 +169,22 @@ def _run_rows(runs: Sequence[Run], series: Sequence[Series]) -> list[dict[str, A
     ]
 
 
-def render_report(runs: Sequence[Run], *, baseline_index: int = 0, title: str | None = None) -> str:
-    """The report's HTML text for loaded runs (runs[baseline_index] is the baseline)."""
+def render_report(
+    runs: Sequence[Run],
+    *,
+    baseline_index: int = 0,
+    title: str | None = None,
+    predicted: Sequence[Run] = (),
+) -> str:
+    """The report's HTML text for loaded runs (runs[baseline_index] is the baseline).
+
+    `predicted` simulated runs are overlaid on every figure and table (labelled simulated) and
+    each gets a predicted-beside-measured table against the real run it predicts.
+    """
     if not runs:
         raise RunError("report: no runs given")
+    prediction = predicted_tables(runs, predicted)
+    runs = [*runs, *predicted]
     published = published_section()
     figures = [
         _embedded(f"figure-{index}", caption, pareto_figure(runs, definition=definition))
@@ -197,6 +210,7 @@ def render_report(runs: Sequence[Run], *, baseline_index: int = 0, title: str | 
         figures=figures,
         capacity=capacity,
         capacity_notes=capacity_notes,
+        predicted=prediction,
         tables=[curve_table(runs, baseline_index), *point_tables(runs, baseline_index)],
         timeseries=timeseries,
         published=published,
@@ -220,8 +234,11 @@ def write_report(
     baseline: Path | None = None,
     out: Path | None = None,
     title: str | None = None,
+    predicted: Sequence[Path] = (),
 ) -> Path:
     """Write the standalone HTML report; returns its path (default: dashboards_dir()).
+
+    `predicted`: simulated runs overlaid on the real ones (`repro report RUN --predicted SIM`).
 
     The baseline (default: the first run) is shown first and is the denominator of every ratio.
     A baseline not among `run_dirs` is added to the report.
@@ -236,7 +253,8 @@ def write_report(
     if not dirs:
         raise RunError("report: give at least one run directory")
     runs = [load_run(d) for d in dirs]
-    html_text = render_report(runs, baseline_index=0, title=title)
+    sims = [load_run(d) for d in predicted]
+    html_text = render_report(runs, baseline_index=0, title=title, predicted=sims)
     path = Path(out) if out else default_report_path(runs)
     if path.suffix.lower() not in {".html", ".htm"}:
         raise RunError(f"{path}: the report is HTML; give --out a .html file name")

@@ -1,0 +1,268 @@
+"""Predict a real CPU run with the simulator and set the prediction beside the measurement.
+
+`predict_run(fit_run, real_run, out)` fits `CpuCost` on the unpressured `fit_run`, replays
+`real_run`'s profile and sweep (its manifest; the measured points are not read) and writes a
+simulated run directory in the sweep schema (manifest `engine: sim`, the fit as its
+calibration). `parity_rows` then compares per point: occupancy, waiting (mean, max),
+preemptions, with the capacity model's static limit for the longest request of the point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.analysis.metrics import gauge_per_scrape
+from harness.client.scrape import read_samples_csv, write_samples_csv
+from harness.errors import RunError
+from harness.results import (
+    PointRecord,
+    Run,
+    RunLayout,
+    RunManifest,
+    atomic_write_json,
+    load_run,
+    write_summary,
+)
+from harness.run.plan import plan_points
+from harness.sim.client import PointClient, Workload
+from harness.sim.parity import CpuCost, CpuSetup, cpu_serve, fit_cpu_cost, run_workload
+from harness.sim.run import _record
+
+# Targets of issue 12 (item 5): occupancy within 15 %; preemptions and waiting of the same order.
+OCCUPANCY_TOLERANCE = 0.15
+
+
+def _resent(workload: Workload, extra: float) -> Workload:
+    """Add the re-tokenised reply's excess to every turn after the first."""
+    add = round(extra)
+    turns = tuple((t[0], *(x + add for x in t[1:])) for t in workload.turns)
+    return Workload(turns, f"{workload.source} (+{add} tokens per re-sent reply)")
+
+
+def simulate_like(
+    real_run: Path | str, cost: CpuCost
+) -> tuple[Any, list[tuple[PointRecord, list]]]:
+    """Simulate `real_run`'s profile and sweep with `cost`: (manifest, [(record, samples)])."""
+    run = load_run(real_run)
+    man = run.manifest
+    if man.engine == "sim":
+        raise RunError(f"{run.root}: a simulated run; predict a real one")
+    setup = CpuSetup(
+        cpu_serve(man.profile),
+        cost,
+        str(man.profile.get("serve", {}).get("served-model-name", "tiny")),
+    )
+    workload = _resent(run_workload(run), cost.resent_reply_tokens)
+    sweep = man.sweep
+    turns = min(workload.num_turns, sweep.get("max_turns") or workload.num_turns)
+    engine = setup.build()
+    planned = plan_points(
+        [tuple(p) for p in sweep["points"]],
+        dataset_offset=sweep["dataset_offset"],
+        num_conversations=workload.num_conversations,
+        repeats=int(man.repeats or 1),
+    )
+    out = []
+    for plan in planned:
+        engine.overhead_s = cost.overhead_at(plan.parallel)  # type: ignore[attr-defined]
+        client = PointClient(
+            workload,
+            plan.conversations,
+            plan.parallel,
+            turns,
+            sweep["max_tokens"],
+            setup.max_model_len,
+        )
+        res = engine.run_point(client, float(sweep["scrape_interval_s"]))
+        out.append((_record(plan, client, res, turns, 1), res.samples))
+        engine.now += float(sweep.get("sleep_between_points_s", 0.0))
+    return (man, setup, workload), out
+
+
+def predict_run(
+    fit_run: Path | str, real_run: Path | str, out: Path, run_id: str | None = None
+) -> Path:
+    """Fit on `fit_run`, simulate `real_run`'s sweep; write and return the simulated run dir."""
+    real_root = Path(real_run).resolve()
+    rid = run_id or f"sim-{load_run(real_run).manifest.run_id}"
+    run_dir = Path(out) / rid
+    if run_dir.exists():
+        raise RunError(
+            f"{run_dir}: already exists; a simulation never writes into an existing run directory"
+        )
+    cost, _ = fit_cpu_cost(fit_run)
+    (man, setup, workload), results = simulate_like(real_run, cost)
+    layout = RunLayout(run_dir)
+    run_dir.mkdir(parents=True)
+    fit = {"path": str(Path(fit_run).resolve()), "kind": "cpu-parity-fit", "params": asdict(cost)}
+    digest = hashlib.sha256(repr(workload.turns).encode()).hexdigest()
+    manifest = RunManifest(
+        run_id=rid,
+        status="complete",
+        created_at=time.time(),
+        finished_at=time.time(),
+        harness_version=__version__,
+        engine="sim",
+        base_url="sim://",
+        profile_name=man.profile_name,
+        profile=man.profile,
+        overrides=list(man.overrides),
+        gpus=1,
+        dataset={**man.dataset, "sha256": digest, "manifest": {"token_counts_only": True}},
+        workload_key=man.workload_key,
+        client={"name": "sim-client", "version": __version__, "semantics": "evalscope multi-turn"},
+        sweep=man.sweep,
+        planned_points=[r.point_id for r, _ in results],
+        build={
+            "engine": "sim",
+            "calibration": fit,
+            "setup": {**setup.facts(), "longest_request_tokens": _longest(workload, man.sweep)},
+            "predicts": str(real_root),
+        },
+        notes=[
+            "simulated run: times are virtual seconds",
+            f"CPU parity prediction of {real_root}, step cost fitted on {fit['path']}",
+        ],
+    )
+    atomic_write_json(layout.manifest, manifest)
+    for record, samples in results:
+        write_samples_csv(layout.samples_csv(record.point_id), samples)
+        atomic_write_json(layout.point_json(record.point_id), record)
+    write_summary(layout, rid, [r for r, _ in results])
+    return run_dir
+
+
+@dataclass(frozen=True)
+class ParityRow:
+    point_id: str
+    label: str
+    static_limit: int | None
+    measured: dict[str, float | None]
+    predicted: dict[str, float | None]
+
+    @property
+    def occupancy_error(self) -> float | None:
+        m, p = self.measured.get("occupancy"), self.predicted.get("occupancy")
+        return None if not m or p is None else (p - m) / m
+
+
+PARITY_METRICS = (
+    "occupancy",
+    "waiting_mean",
+    "waiting_max",
+    "preemptions",
+    "client_in_flight_mean",
+)
+
+
+def _longest(workload: Workload, sweep: dict[str, Any]) -> int:
+    """The last turn's context (prompt + reply): what one request must hold at its end."""
+    reply = int(sweep["max_tokens"])
+    turns = min(workload.num_turns, sweep.get("max_turns") or workload.num_turns)
+    return max(sum(u[:turns]) + turns * reply for u in workload.turns)
+
+
+def static_limit(sim_manifest: RunManifest) -> int | None:
+    """The capacity model's baseline limit (harness.capacity.formulas.capacity_at's
+    pool // ceil(seq / block), capped by max-num-seqs) for the longest request, or None."""
+    setup = (sim_manifest.build or {}).get("setup") or {}
+    pool, bt = setup.get("pool_units"), setup.get("block_tokens")
+    seq, seqs = setup.get("longest_request_tokens"), setup.get("max_num_seqs")
+    if not all(isinstance(x, int) and x > 0 for x in (pool, bt, seq, seqs)):
+        return None
+    return min(seqs, pool // -(-seq // bt))
+
+
+def waiting_busy_mean(run: Run, point: PointRecord) -> float | None:
+    """Mean `num_requests_waiting` over the scrapes where the server had work (running or
+    waiting > 0). A real point's samples include the client's start-up (seconds of an idle
+    server), which dilutes `waiting_mean`; a simulated point has none."""
+    path = RunLayout(run.root).samples_csv(point.point_id)
+    if not path.exists():
+        return None
+    samples = read_samples_csv(path, ["vllm:num_requests_running", "vllm:num_requests_waiting"])
+    running = dict(gauge_per_scrape(samples, "vllm:num_requests_running"))
+    waiting = dict(gauge_per_scrape(samples, "vllm:num_requests_waiting"))
+    busy = [w for t, w in waiting.items() if w > 0 or running.get(t, 0.0) > 0]
+    return sum(busy) / len(busy) if busy else None
+
+
+def _measures(run: Run, point: PointRecord) -> dict[str, float | None]:
+    out = {k: point.metrics.get(k) for k in PARITY_METRICS}
+    out["waiting_busy_mean"] = waiting_busy_mean(run, point)
+    return out
+
+
+def parity_rows(real_run: Path | str, sim_run: Path | str) -> list[ParityRow]:
+    """One row per real point that the simulated run also has (matched by point id)."""
+    real, sim = load_run(real_run), load_run(sim_run)
+    limit = static_limit(sim.manifest)
+    by_id = {p.point_id: p for p in sim.points}
+    return [
+        ParityRow(
+            point.point_id,
+            point.label,
+            limit,
+            _measures(real, point),
+            _measures(sim, by_id[point.point_id]),
+        )
+        for point in real.points
+        if point.point_id in by_id
+    ]
+
+
+def format_rows(rows: list[ParityRow]) -> str:
+    head = (
+        f"{'point':<15}{'limit':>6}  {'occupancy meas/pred (err)':<28}"
+        f"{'waiting busy meas/pred':<24}{'waiting max':<14}{'preemptions':<12}"
+    )
+    lines = [head]
+    for r in rows:
+        m, p = r.measured, r.predicted
+        err = r.occupancy_error
+        occ = f"{_f(m['occupancy'])}/{_f(p['occupancy'])} ({_pct(err)})"
+        lines.append(
+            f"{r.point_id:<15}{_f(r.static_limit, 'd'):>6}  {occ:<28}"
+            f"{_f(m['waiting_busy_mean'])}/{_f(p['waiting_busy_mean']):<19}"
+            f"{_f(m['waiting_max'], '.0f')}/{_f(p['waiting_max'], '.0f'):<11}"
+            f"{_f(m['preemptions'], '.0f')}/{_f(p['preemptions'], '.0f')}"
+        )
+    return "\n".join(lines)
+
+
+def _f(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:+.0f}%"
+
+
+def same_order(a: float | None, b: float | None, factor: float = 3.0) -> bool:
+    """Counts of the same order: (a + 1) and (b + 1) within `factor` of each other (the +1
+    lets 0 and 1 preemptions agree, 0 and 5 not)."""
+    if a is None or b is None:
+        return False
+    lo, hi = sorted((a + 1.0, b + 1.0))
+    return hi <= factor * lo
+
+
+def target_misses(rows: list[ParityRow]) -> list[str]:
+    """Issue 12's parity targets, per point: occupancy within 15 %, waiting (busy mean, max)
+    and preemptions of the same order. [] when every point meets them."""
+    misses = []
+    for r in rows:
+        err = r.occupancy_error
+        if err is None or abs(err) > OCCUPANCY_TOLERANCE:
+            misses.append(
+                f"{r.label}: occupancy {r.predicted['occupancy']} vs {r.measured['occupancy']}"
+            )
+        for key in ("waiting_busy_mean", "waiting_max", "preemptions"):
+            if not same_order(r.predicted.get(key), r.measured.get(key)):
+                misses.append(f"{r.label}: {key} {r.predicted.get(key)} vs {r.measured.get(key)}")
+    return misses

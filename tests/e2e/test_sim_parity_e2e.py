@@ -1,0 +1,69 @@
+"""CPU parity against the real server: fit the simulator's step cost on an unpressured real
+sweep, predict a pressured real sweep (cpu-tiny-pressure: 16 blocks of 128 tokens), and hold
+the prediction to issue 12's targets. One server start per profile, three short points."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import cli
+from harness.report.dashboard import write_report
+from harness.results import load_run
+from harness.run.sweep import SweepRequest, run_sweep
+from harness.sim.parity import fit_cpu_cost
+from harness.sim.parity_run import format_rows, parity_rows, target_misses
+
+pytestmark = pytest.mark.e2e
+
+
+def _sweep(server, profile: str, points: str, out, run_id: str, extra: tuple[str, ...] = ()):
+    return run_sweep(
+        SweepRequest(
+            profile,
+            overrides=[f"sweep.points={points}", *extra],
+            url=server.base_url,
+            out=out,
+            run_id=run_id,
+        ),
+        echo=lambda _msg: None,
+    )
+
+
+def test_simulator_predicts_the_pressured_cpu_server(server_factory, tmp_path):
+    base = _sweep(server_factory("cpu-tiny"), "cpu-tiny", "[[1,2],[4,8]]", tmp_path, "base")
+    # Longer replies and 0.5 s scrapes: occupancy is a mean over scrapes, and a 6 s point at
+    # 1 s gives 3 nonzero samples on a loaded machine, too few to test 15 % on.
+    pressured = _sweep(
+        server_factory("cpu-tiny-pressure"),
+        "cpu-tiny-pressure",
+        "[[8,16]]",
+        tmp_path,
+        "p16",
+        ("sweep.max_tokens=128", "sweep.scrape_interval_s=0.5"),
+    )
+    cost, _ = fit_cpu_cost(base)
+    assert cost.step_s > 0 and cost.per_prefill_token_s > 0
+
+    args = ["simulate", "parity", "--fit", str(base), "--run", str(pressured)]
+    result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "sim")])
+    assert result.exit_code == 0, result.output
+    sim_dir = tmp_path / "sim" / "sim-p16"
+    assert result.output.strip().endswith(str(sim_dir)) and "p008-n0016-r0" in result.output
+    sim = load_run(sim_dir)
+    assert sim.manifest.engine == "sim"
+    assert sim.manifest.build["calibration"]["kind"] == "cpu-parity-fit"
+    rows = parity_rows(pressured, sim_dir)
+    assert [r.label for r in rows] == ["c8"]
+    table = format_rows(rows)
+    # The pressure is real: fewer running than configured, requests queue behind the pool.
+    measured = rows[0].measured
+    assert measured["occupancy"] < 8 and measured["waiting_max"] >= 1, table
+    # 4th turn: 528 + 3 x (60 + re-sent excess) + 3 x 128 prompt + 128 reply > 7 blocks of 128,
+    # so 15 usable blocks hold one such request.
+    assert rows[0].static_limit == 1
+    assert target_misses(rows) == [], table
+
+    page = write_report([pressured], predicted=[sim_dir], out=tmp_path / "r.html")
+    html = page.read_text(encoding="utf-8")
+    assert "Predicted beside measured" in html and "sim-p16" in html
