@@ -168,27 +168,26 @@ def calibrate(out: Path, max_evals: int, model: str, gpu: str, start: Path | Non
 
 
 @simulate.command("parity")
-@click.option(
+@path_option(
     "--fit",
     "fit_run",
-    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    exists=True,
+    file_okay=False,
     required=True,
     help="An unpressured real CPU run (with a c1 point) to fit the step cost on.",
 )
-@click.option(
+@path_option(
     "--run",
     "real_run",
-    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    exists=True,
+    file_okay=False,
     required=True,
     help="The real CPU run to predict (its profile and sweep, from its manifest).",
 )
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=None,
-    help="Parent of the simulated run directory [default: results/].",
+@path_option(
+    "--out", file_okay=False, help="Parent of the simulated run directory [default: results/]."
 )
-@click.option("--run-id", default=None, help="Run directory name [default: sim-RUN].")
+@text_option("--run-id", help="Run directory name [default: sim-RUN].")
 def parity(fit_run: Path, real_run: Path, out: Path | None, run_id: str | None) -> None:
     """Predict a real CPU run from a step cost fitted on another (CPU parity, issue 12).
 

@@ -10,28 +10,24 @@ preemptions, with the capacity model's static limit for the longest request of t
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import __version__
 from harness.analysis.metrics import gauge_per_scrape
-from harness.client.scrape import read_samples_csv, write_samples_csv
+from harness.client.scrape import read_samples_csv
 from harness.errors import RunError
 from harness.results import (
     PointRecord,
     Run,
     RunLayout,
     RunManifest,
-    atomic_write_json,
     load_run,
-    write_summary,
 )
 from harness.run.plan import plan_points
 from harness.sim.client import PointClient, Workload
 from harness.sim.parity import CpuCost, CpuSetup, cpu_serve, fit_cpu_cost, run_workload
-from harness.sim.run import _record
+from harness.sim.run import _record, simulated_manifest, write_simulated_run
 
 # Targets of issue 12 (item 5): occupancy within 15 %; preemptions and waiting of the same order.
 OCCUPANCY_TOLERANCE = 0.15
@@ -101,21 +97,14 @@ def predict_run(
     run_dir.mkdir(parents=True)
     fit = {"path": str(Path(fit_run).resolve()), "kind": "cpu-parity-fit", "params": asdict(cost)}
     digest = hashlib.sha256(repr(workload.turns).encode()).hexdigest()
-    manifest = RunManifest(
-        run_id=rid,
-        status="complete",
-        created_at=time.time(),
-        finished_at=time.time(),
-        harness_version=__version__,
-        engine="sim",
-        base_url="sim://",
+    manifest = simulated_manifest(
+        rid,
         profile_name=man.profile_name,
         profile=man.profile,
         overrides=list(man.overrides),
         gpus=1,
         dataset={**man.dataset, "sha256": digest, "manifest": {"token_counts_only": True}},
         workload_key=man.workload_key,
-        client={"name": "sim-client", "version": __version__, "semantics": "evalscope multi-turn"},
         sweep=man.sweep,
         planned_points=[r.point_id for r, _ in results],
         build={
@@ -129,11 +118,7 @@ def predict_run(
             f"CPU parity prediction of {real_root}, step cost fitted on {fit['path']}",
         ],
     )
-    atomic_write_json(layout.manifest, manifest)
-    for record, samples in results:
-        write_samples_csv(layout.samples_csv(record.point_id), samples)
-        atomic_write_json(layout.point_json(record.point_id), record)
-    write_summary(layout, rid, [r for r, _ in results])
+    write_simulated_run(layout, manifest, results)
     return run_dir
 
 

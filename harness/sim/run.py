@@ -262,14 +262,8 @@ def run_simulation(
     sweep_dump = prof.sweep.model_dump(mode="json")
     digest = hashlib.sha256(repr(workload.turns).encode()).hexdigest()
     cal_info = _calibration_info(cal)
-    manifest = RunManifest(
-        run_id=rid,
-        status="complete",
-        created_at=time.time(),
-        finished_at=time.time(),
-        harness_version=__version__,
-        engine="sim",
-        base_url="sim://",
+    manifest = simulated_manifest(
+        rid,
         profile_name=prof.name,
         profile=profile_dump,
         overrides=list(overrides),
@@ -285,7 +279,6 @@ def run_simulation(
         workload_key=configuration_key(
             dataset_sha256=digest, sweep=sweep_dump, profile=profile_dump
         ),
-        client={"name": "sim-client", "version": __version__, "semantics": "evalscope multi-turn"},
         sweep=sweep_dump,
         planned_points=[r.point_id for r, _ in results],
         build={
@@ -296,12 +289,35 @@ def run_simulation(
         },
         notes=["simulated run: times are virtual seconds", f"calibration: {cal_info['path']}"],
     )
+    write_simulated_run(layout, manifest, results)
+    return run_dir
+
+
+def simulated_manifest(run_id: str, **fields: Any) -> RunManifest:
+    """The manifest of a finished simulated run (engine sim, the simulator's own client)."""
+    now = time.time()
+    return RunManifest(
+        run_id=run_id,
+        status="complete",
+        created_at=now,
+        finished_at=now,
+        harness_version=__version__,
+        engine="sim",
+        base_url="sim://",
+        client={"name": "sim-client", "version": __version__, "semantics": "evalscope multi-turn"},
+        **fields,
+    )
+
+
+def write_simulated_run(
+    layout: RunLayout, manifest: RunManifest, results: list[tuple[PointRecord, list[Any]]]
+) -> None:
+    """Manifest, then each point's samples and record, then the summary."""
     atomic_write_json(layout.manifest, manifest)
     for record, samples in results:
         write_samples_csv(layout.samples_csv(record.point_id), samples)
         atomic_write_json(layout.point_json(record.point_id), record)
-    write_summary(layout, rid, [r for r, _ in results])
-    return run_dir
+    write_summary(layout, manifest.run_id, [r for r, _ in results])
 
 
 def _calibration_info(cal: Any) -> dict[str, Any]:
