@@ -80,7 +80,7 @@ def test_report_compare_and_figure_on_real_sweeps(
 
     result = runner.invoke(cli, ["compare", str(runs[0]), str(runs[1]), "--json"])
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)  # the different-workload warning goes to stderr
     base = {p.label: p for p in load_run(runs[0]).points}
     row = next(r for r in data["rows"] if r["point"] == "c2" and r["metric"] == "duration_s")
     assert row["a"] == pytest.approx(base["c2"].metrics["duration_s"])
