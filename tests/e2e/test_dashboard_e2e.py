@@ -30,7 +30,11 @@ def test_report_compare_and_figure_on_real_sweeps(
         run_dir = run_sweep(
             SweepRequest(
                 "cpu-tiny-mtp",
-                overrides=["sweep.points=[[1,1],[2,2]]", f"sweep.max_tokens={max_tokens}"],
+                overrides=[
+                    "sweep.points=[[1,1],[2,2]]",
+                    f"sweep.max_tokens={max_tokens}",
+                    "sweep.scrape_interval_s=0.25",  # short points on a fast CPU server
+                ],
                 url=server.base_url,
                 out=tmp_path / "results",
                 run_id=run_id,
