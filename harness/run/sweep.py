@@ -386,7 +386,11 @@ def _record_server(sweep: Sweep, server: Server, args: ClientArgs) -> None:
 
 def check_coherence(sweep: Sweep, server: Server, echo: Echo) -> None:
     """The profile's coherence check, right after readiness (and after every restart): a failure
-    invalidates every point of the arm unless --allow-incoherent."""
+    invalidates every point of the arm unless --allow-incoherent. The simulated engine emits no
+    real tokens: there is nothing to judge, so it is skipped (and the manifest says so)."""
+    if sweep.target.engine == "sim":
+        sweep.manifest.notes.append("coherence: not applicable to the simulated engine")
+        return
     record = check_for_sweep(
         sweep.target.profile,
         server.base_url,
