@@ -137,9 +137,11 @@ def test_cancel_running_job_then_resume_it_as_a_new_job(cpu_build, slurm, tmp_pa
 
 def test_time_limit_leaves_the_run_failed_with_slurms_reason(cpu_build, slurm, tmp_path):
     out = tmp_path / "results"
-    # The full default sweep cannot finish in one minute (the server alone takes ~1 min).
+    # Two minutes: enough for the checks that come before the run directory (preflight, dataset)
+    # even on loaded cores, never enough for the sweep (server start, then 45 s between points).
     args = ["--profile", "cpu-tiny", "--out", str(out), "--run-id", "slow", "--no-report"]
-    done = repro("sweep", *args, "--executor", "slurm", "--slurm-time", "1")
+    args += ["--set", "sweep.sleep_between_points_s=45"]
+    done = repro("sweep", *args, "--executor", "slurm", "--slurm-time", "2")
     assert done.returncode != 0
     assert "TIMEOUT (TimeLimit)" in done.stdout + done.stderr
     manifest = read_manifest(out / "slow")
