@@ -1,3 +1,3 @@
 """Fixtures of the run-stage tests."""
 
-from support.fake_openai import fake_server, small_dataset  # noqa: F401 - pytest fixtures
+from support.fake_openai import fake_server, partial_run, small_dataset  # noqa: F401 - pytest fixtures

@@ -190,31 +190,6 @@ def test_two_sweeps_in_the_same_second_get_distinct_run_ids(
 # --------------------------------------------------------------------------- resume
 
 
-@pytest.fixture
-def partial_run(fake_server, small_dataset: Path, tmp_path: Path) -> Path:
-    """A real two-point run, cut after its first point (status partial)."""
-
-    def cut(msg: str) -> None:
-        if msg.startswith("  p001-n0001-r0: "):
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        run_sweep(
-            SweepRequest(
-                "cpu-tiny",
-                overrides=SETS,
-                dataset=str(small_dataset),
-                url=fake_server(),
-                out=tmp_path,
-                run_id="cut",
-            ),
-            echo=cut,
-        )
-    run = tmp_path / "cut"
-    assert read_manifest(run).status == "partial"
-    return run
-
-
 def test_resume_with_a_corrupt_point_changes_nothing(partial_run: Path) -> None:
     point = next(partial_run.glob("points/*/point.json"))
     point.write_text('{"schema_version": "repro.point/1", "point_id":')

@@ -137,9 +137,7 @@ def test_point_timeout_kills_the_client_group_and_invalidates(fake_server, small
     assert leftovers == []
 
 
-def test_resume_from_the_cli_needs_no_profile_and_refuses_another(
-    fake_server, small_dataset, tmp_path
-):
+def test_resume_from_the_cli_needs_no_profile_and_refuses_another(partial_run):
     from click.testing import CliRunner
 
     from harness.cli import cli
@@ -148,24 +146,7 @@ def test_resume_from_the_cli_needs_no_profile_and_refuses_another(
     result = runner.invoke(cli, ["sweep"])
     assert result.exit_code == 2 and "--resume RUN_DIR" in result.output
 
-    def interrupt_after_first_point(msg: str) -> None:
-        if msg.startswith("  p001-n0001-r0: "):
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        run_sweep(
-            SweepRequest(
-                "cpu-tiny",
-                overrides=SETS,
-                dataset=str(small_dataset),
-                url=fake_server(),
-                out=tmp_path,
-                run_id="cut",
-            ),
-            echo=interrupt_after_first_point,
-        )
-    run = tmp_path / "cut"
-    assert load_run(run).manifest.status == "partial"
+    run = partial_run  # cut after its first point: status partial
     result = runner.invoke(cli, ["sweep", "--resume", str(run), "--profile", "cpu-tiny-mtp"])
     assert result.exit_code != 0
     assert "the run used profile 'cpu-tiny'" in str(result.exception)

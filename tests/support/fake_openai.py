@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.results import read_manifest
+from harness.run.sweep import SweepRequest, run_sweep
+
 MODEL = "tiny"
 
 
@@ -194,3 +197,28 @@ SETS = [
     "sweep.warmup_requests=1",
     "sweep.point_timeout_s=120",
 ]
+
+
+@pytest.fixture
+def partial_run(fake_server, small_dataset: Path, tmp_path: Path) -> Path:
+    """A real two-point run, cut after its first point (status partial)."""
+
+    def cut(msg: str) -> None:
+        if msg.startswith("  p001-n0001-r0: "):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(
+            SweepRequest(
+                "cpu-tiny",
+                overrides=SETS,
+                dataset=str(small_dataset),
+                url=fake_server(),
+                out=tmp_path,
+                run_id="cut",
+            ),
+            echo=cut,
+        )
+    run = tmp_path / "cut"
+    assert read_manifest(run).status == "partial"
+    return run
