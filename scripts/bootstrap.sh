@@ -16,6 +16,10 @@ fi
 .venv/bin/python -m pip install -q -U pip
 .venv/bin/python -m pip install -q -e '.[test,export]'
 
+if [ "${REPRO_BOOTSTRAP_BUILD:-1}" = "0" ]; then
+    exit 0  # the harness only (e.g. the simulated nightly): no browser, no vLLM build
+fi
+
 # Chromium: used by kaleido (PNG/SVG export) and the dashboard browser tests.
 if ! command -v chromium >/dev/null && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
     echo "bootstrap: installing Debian chromium" >&2

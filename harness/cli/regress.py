@@ -270,12 +270,23 @@ def history_reject(ref: str, reason: str, history_path: Path | None) -> None:
     _set_state(ref, "rejected", reason, history_path)
 
 
+_SIM_ONLY = ("calibration", "dataset", "accepted", "accept", "reason")
+
+
 @click.command("nightly")
-@click.option("--profiles", required=True, metavar="A,B,...", help="Arms (profile names).")
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm", "sim"]),
+    default="vllm",
+    show_default=True,
+    help="vllm: sweep real servers of --build. sim: `repro simulate` each arm (offline, "
+    "deterministic) and gate it exactly against the accepted simulated history.",
+)
+@click.option("--profiles", metavar="A,B,...", help="Arms (profile names); sim: the four GLM arms.")
 @click.option(
     "--build",
-    required=True,
-    help="Build for every arm, e.g. nightly@latest (resolved to a commit first) or cpu-0.32.0.",
+    help="vllm: build for every arm, e.g. nightly@latest (resolved to a commit first) or "
+    "cpu-0.32.0 (required).",
 )
 @overrides_option(
     "Profile override for every arm (repeatable), as in `repro sweep --set`; part of the candidate, like the build: judged against the plain profile's history (e.g. a deliberately degraded server)."
@@ -291,11 +302,25 @@ def history_reject(ref: str, reason: str, history_path: Path | None) -> None:
     help="Markdown summary path (default OUT/nightly-STAMP.md; also appended to $GITHUB_STEP_SUMMARY).",
 )
 @flag("--no-dashboard", help="Skip the HTML dashboard.")
+@path_option(
+    "--calibration",
+    dir_okay=False,
+    help="sim: calibration file [default: launch/calibrations/glm53-h200.yaml].",
+)
+@text_option("--dataset", metavar="RECIPE|FILE", help="sim: token counts [default: blog-shaped].")
+@path_option(
+    "--accepted",
+    dir_okay=False,
+    help="sim: accepted simulated history [default: launch/history/sim-glm53-h200.jsonl].",
+)
+@flag("--accept", help="sim: append the new or changed arms to the accepted history.")
+@text_option("--reason", help="sim: why the accepted values change (required with --accept).")
 @executor_options
 @_DB
 def nightly_cmd(
-    profiles: str,
-    build: str,
+    engine: str,
+    profiles: str | None,
+    build: str | None,
     overrides: tuple[str, ...],
     claims_path: Path | None,
     policy: Path | None,
@@ -304,13 +329,37 @@ def nightly_cmd(
     no_dashboard: bool,
     history_path: Path | None,
     executor: str,
-    **slurm: Any,
+    **rest: Any,
 ) -> None:
     """Build -> sweep each arm -> verdict vs history (suspicious points rerun once) -> claims
-    -> dashboard + summary -> history. Exit 2 on errors, 1 on a regression or failed claim."""
+    -> dashboard + summary -> history. Exit 2 on errors, 1 on a regression or failed claim.
+
+    With --engine sim: simulate each GLM arm, compare every point value exactly with the
+    arm's last accepted entry (a file in the repository), check the claims; exit 1 when a
+    value changed or an arm has no accepted entry, unless --accept records the new values.
+    """
+    sim_opts = {k: rest.pop(k) for k in _SIM_ONLY}
+    names = [p.strip() for p in (profiles or "").split(",") if p.strip()]
+    if engine == "sim":
+        unused = {
+            "--build": build,
+            "--policy": policy,
+            "--set": overrides,
+            "--db": history_path,
+            "--executor slurm": executor != "local",
+        }
+        bad = [name for name, value in unused.items() if value]
+        if bad:
+            raise click.UsageError(f"{', '.join(bad)}: not used by --engine sim")
+        _exit(_sim_nightly(names, claims_path, out, summary_path, no_dashboard, sim_opts))
+        return
+    given = [f"--{k}" for k, v in sim_opts.items() if v]
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: only with --engine sim")
+    if not names or not build:
+        raise click.UsageError("--profiles and --build are required with --engine vllm")
     from harness.gate.nightly import run_nightly
 
-    names = [p.strip() for p in profiles.split(",") if p.strip()]
     result = run_nightly(
         names,
         build,
@@ -322,9 +371,35 @@ def nightly_cmd(
         summary_path=summary_path,
         dashboard=not no_dashboard,
         echo=click.echo,
-        slurm=options_from(executor, slurm),  # --executor slurm: the arms run as Slurm jobs
+        slurm=options_from(executor, rest),  # --executor slurm: the arms run as Slurm jobs
     )
     _exit(result.exit_code)
+
+
+def _sim_nightly(
+    names: list[str],
+    claims_path: Path | None,
+    out: Path | None,
+    summary_path: Path | None,
+    no_dashboard: bool,
+    opts: dict[str, Any],
+) -> int:
+    from harness.gate import simnight
+
+    result = simnight.run_sim_nightly(
+        names or simnight.GLM_ARMS,
+        calibration=opts["calibration"] or simnight.DEFAULT_CALIBRATION,
+        dataset=opts["dataset"],
+        accepted_path=opts["accepted"] or simnight.DEFAULT_ACCEPTED,
+        accept=opts["accept"],
+        reason=opts["reason"],
+        claims_path=claims_path or simnight.DEFAULT_CLAIMS,
+        out=out,
+        summary_path=summary_path,
+        dashboard=not no_dashboard,
+        echo=click.echo,
+    )
+    return result.exit_code
 
 
 def register(group: click.Group) -> None:

@@ -1,0 +1,425 @@
+"""The nightly on the simulated engine: the GLM arms at the blog's scale on an ordinary runner.
+
+Per arm, `repro simulate` (offline, deterministic) writes a run; its points are compared
+*exactly* with the arm's last entry in the accepted simulated history, a JSON-lines file kept
+in the repository (default `launch/history/sim-glm53-h200.jsonl`). A push runner starts with
+no state, so the history that survives between pushes is the committed file: a change to the
+engine, the analysis code or the calibration that moves the blog figure by one digit shows up
+as `changed`, with the differing cells, and fails the job until someone accepts the new values
+(`--accept --reason ...` appends them; the diff of that file is the review of the change).
+The claims are checked over the same runs, as for real arms.
+
+Exactness is equality of the JSON values written in `point.json` (metrics, the client
+summary, validity), so nothing can move without being seen; run-to-run identity is what the
+simulator guarantees (same inputs -> same outputs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from harness import __version__
+from harness.errors import ConfigError, ReproError
+from harness.gate.claims import ClaimResult, claims_exit_code, render_claims, run_claims
+from harness.paths import REPO_ROOT, dashboards_dir, results_dir
+from harness.report.dashboard import write_report
+from harness.results import Run, atomic_write_json, atomic_write_text, load_run
+from harness.sim.run import run_simulation
+
+Echo = Callable[[str], None]
+ACCEPTED_SCHEMA = "repro.sim-accepted/1"
+DEFAULT_ACCEPTED = REPO_ROOT / "launch" / "history" / "sim-glm53-h200.jsonl"
+DEFAULT_CALIBRATION = REPO_ROOT / "launch" / "calibrations" / "glm53-h200.yaml"
+DEFAULT_CLAIMS = REPO_ROOT / "launch" / "claims" / "glm53-blog.yaml"
+GLM_ARMS = ("hisparse384", "offload512", "hisparse384-nomtp", "offload512-nomtp")
+# Client fields that are wall-clock facts of the simulation process, not results.
+_CLIENT_VOLATILE = {"raw"}
+
+
+class AcceptedEntry(BaseModel):
+    """One accepted simulated run of one arm: its inputs and every point's values."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal["repro.sim-accepted/1"] = ACCEPTED_SCHEMA
+    arm: str
+    accepted_at: str
+    reason: str
+    commit: str | None
+    harness_version: str
+    inputs: dict[str, str | None]  # profile / calibration / dataset digests
+    points: dict[str, dict[str, Any]]  # point id -> values
+
+
+@dataclass
+class Difference:
+    point: str
+    field: str
+    accepted: Any
+    now: Any
+
+    def relative(self) -> str:
+        a, b = self.accepted, self.now
+        if isinstance(a, int | float) and isinstance(b, int | float) and a:
+            return f"{100 * (b - a) / abs(a):+.3g} %"
+        return "-"
+
+
+@dataclass
+class SimArm:
+    profile: str
+    run_dir: Path | None = None
+    status: str = "error"  # identical / changed / new / error
+    differences: list[Difference] = field(default_factory=list)
+    input_changes: list[str] = field(default_factory=list)
+    accepted: AcceptedEntry | None = None
+    error: str | None = None
+
+
+@dataclass
+class SimNightly:
+    stamp: str
+    accepted_path: Path
+    arms: list[SimArm]
+    accept: bool
+    claims: list[ClaimResult] = field(default_factory=list)
+    claims_notes: list[str] = field(default_factory=list)
+    dashboard: Path | None = None
+    summary_path: Path | None = None
+    appended: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if any(a.status == "error" for a in self.arms):
+            return 2
+        claims_failed = claims_exit_code(self.claims)
+        if self.accept:
+            return claims_failed
+        if any(a.status in ("changed", "new") for a in self.arms) or claims_failed:
+            return 1
+        return 0
+
+
+# --------------------------------------------------------------------------- the history
+
+
+def load_accepted(path: Path) -> list[AcceptedEntry]:
+    """Every entry of the accepted file, oldest first; a missing file is an empty history."""
+    if not path.is_file():
+        return []
+    entries = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entries.append(AcceptedEntry.model_validate_json(line))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"]) or "(line)"
+            raise ConfigError(f"{path}:{number}: {where}: {first['msg']}") from None
+    return entries
+
+
+def last_accepted(entries: Sequence[AcceptedEntry], arm: str) -> AcceptedEntry | None:
+    matching = [e for e in entries if e.arm == arm]
+    return matching[-1] if matching else None
+
+
+def append_accepted(path: Path, new: Sequence[AcceptedEntry]) -> None:
+    """Append by rewriting the whole file atomically (a reader never sees half a line)."""
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if old and not old.endswith("\n"):
+        old += "\n"
+    lines = [e.model_dump_json() for e in new]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, old + "".join(f"{line}\n" for line in lines))
+
+
+# --------------------------------------------------------------------------- a run's values
+
+
+def point_values(run: Run) -> dict[str, dict[str, Any]]:
+    """What the gate holds fixed per point: validity, every metric, the client summary."""
+    values: dict[str, dict[str, Any]] = {}
+    for p in run.points:
+        row: dict[str, Any] = {"valid": p.valid, "invalid_reasons": list(p.invalid_reasons)}
+        row.update({f"metrics.{k}": v for k, v in sorted(p.metrics.items())})
+        if p.client is not None:
+            client = p.client.model_dump(mode="json")
+            row.update(
+                {f"client.{k}": v for k, v in sorted(client.items()) if k not in _CLIENT_VOLATILE}
+            )
+        values[p.point_id] = json.loads(json.dumps(row))  # the JSON value, as stored
+    return values
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def run_inputs(run: Run) -> dict[str, str | None]:
+    build = run.manifest.build or {}
+    cal = build.get("calibration") or {}
+    return {
+        "profile": _digest(run.manifest.profile),
+        "calibration": (cal.get("sha256") or "")[:16] or None,
+        "dataset": (run.manifest.dataset.get("sha256") or "")[:16] or None,
+        "sim_params": _digest(build.get("params")),
+    }
+
+
+# The figure's coordinates first in a difference table, then the other metrics, then the rest.
+_FIRST = ("metrics.occupancy", "metrics.interactivity", "metrics.throughput_per_gpu")
+
+
+def _field_order(key: str) -> tuple[int, str]:
+    if key in _FIRST:
+        return _FIRST.index(key), key
+    return (len(_FIRST) if key.startswith("metrics.") else len(_FIRST) + 1), key
+
+
+def compare_exact(
+    accepted: dict[str, dict[str, Any]], now: dict[str, dict[str, Any]]
+) -> list[Difference]:
+    diffs = []
+    for point in sorted(set(accepted) | set(now)):
+        if point not in now:
+            diffs.append(Difference(point, "(point)", "present", "missing"))
+            continue
+        if point not in accepted:
+            diffs.append(Difference(point, "(point)", "absent", "new"))
+            continue
+        a, b = accepted[point], now[point]
+        for key in sorted(set(a) | set(b), key=_field_order):
+            if a.get(key, "(absent)") != b.get(key, "(absent)"):
+                diffs.append(Difference(point, key, a.get(key), b.get(key)))
+    return diffs
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _commit() -> str | None:
+    """HEAD, marked `+dirty` when the tree has changes (the values came from uncommitted code)."""
+    head = _git("rev-parse", "HEAD")
+    if head and _git("status", "--porcelain", "--untracked-files=no"):
+        head += "+dirty"
+    return head
+
+
+def entry_for(arm: str, run: Run, reason: str) -> AcceptedEntry:
+    return AcceptedEntry(
+        arm=arm,
+        accepted_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        reason=reason,
+        commit=_commit(),
+        harness_version=__version__,
+        inputs=run_inputs(run),
+        points=point_values(run),
+    )
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def judge_sim_arm(arm: SimArm, entries: Sequence[AcceptedEntry]) -> None:
+    run = load_run(arm.run_dir)
+    arm.accepted = last_accepted(entries, arm.profile)
+    if arm.accepted is None:
+        arm.status = "new"
+        return
+    arm.differences = compare_exact(arm.accepted.points, point_values(run))
+    now = run_inputs(run)
+    arm.input_changes = [
+        f"{key} {arm.accepted.inputs.get(key)} -> {now.get(key)}"
+        for key in sorted(set(now) | set(arm.accepted.inputs))
+        if now.get(key) != arm.accepted.inputs.get(key)
+    ]
+    arm.status = "changed" if arm.differences else "identical"
+
+
+def run_sim_nightly(
+    profiles: Sequence[str] = GLM_ARMS,
+    *,
+    calibration: Path | None = DEFAULT_CALIBRATION,
+    dataset: str | None = None,
+    accepted_path: Path = DEFAULT_ACCEPTED,
+    accept: bool = False,
+    reason: str | None = None,
+    claims_path: Path | None = DEFAULT_CLAIMS,
+    out: Path | None = None,
+    summary_path: Path | None = None,
+    dashboard: bool = True,
+    echo: Echo = print,
+) -> SimNightly:
+    if not profiles:
+        raise ReproError("--profiles: give at least one profile")
+    if accept and not (reason or "").strip():
+        raise ReproError("--accept needs --reason: say why the simulated figure may move")
+    entries = load_accepted(accepted_path)  # a malformed history fails before any work
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    out_dir = Path(out) if out else results_dir()
+    result = SimNightly(stamp, accepted_path, [], accept)
+    echo(f"simulated nightly {stamp}: accepted history {accepted_path} ({len(entries)} entries)")
+    for name in profiles:
+        arm = SimArm(name)
+        result.arms.append(arm)
+        try:
+            started = time.monotonic()
+            arm.run_dir = run_simulation(
+                name,
+                dataset=dataset,
+                calibration=calibration,
+                out=out_dir,
+                run_id=f"nightly-sim-{stamp}-{name}",
+            )
+            judge_sim_arm(arm, entries)
+            echo(f"{name}: {arm.status} ({time.monotonic() - started:.1f} s)")
+        except ReproError as exc:
+            arm.status, arm.error = "error", str(exc)
+            echo(f"{name}: error: {exc}")
+    finished = [a.run_dir for a in result.arms if a.status != "error" and a.run_dir]
+    if finished and claims_path is not None:
+        try:
+            result.claims, result.claims_notes = run_claims(finished, claims_path=claims_path)
+        except ReproError as exc:
+            result.claims_notes = [f"claims not checked: {exc}"]
+    if accept and result.exit_code == 0:
+        _accept(result, reason or "", echo)
+    if dashboard and finished:
+        result.dashboard = write_report(
+            finished,
+            out=dashboards_dir() / f"nightly-sim-{stamp}.html",
+            title=f"repro simulated nightly {stamp}",
+        )
+    _write_summary(result, summary_path or out_dir / f"nightly-sim-{stamp}.md", echo)
+    return result
+
+
+def _accept(result: SimNightly, reason: str, echo: Echo) -> None:
+    """Append the arms that are new or changed; identical arms need no new entry."""
+    new = [
+        entry_for(a.profile, load_run(a.run_dir), reason)
+        for a in result.arms
+        if a.status in ("new", "changed")
+    ]
+    if new:
+        append_accepted(result.accepted_path, new)
+    result.appended = [e.arm for e in new]
+    echo(f"accepted: {', '.join(result.appended) or 'nothing changed'} -> {result.accepted_path}")
+
+
+def _write_summary(result: SimNightly, path: Path, echo: Echo) -> None:
+    result.summary_path = path
+    text = render_sim_summary(result)
+    atomic_write_text(path, text)
+    atomic_write_json(path.with_suffix(".json"), sim_summary_dict(result))
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as handle:
+            handle.write(text)
+    echo(text)
+    echo(f"simulated nightly summary: {path}; exit {result.exit_code}")
+
+
+_ICON = {"identical": "✅", "changed": "🔴", "new": "🆕", "error": "⛔"}
+_MAX_ROWS = 40
+
+
+def render_sim_summary(result: SimNightly) -> str:
+    lines = [
+        f"## repro simulated nightly {result.stamp}",
+        "",
+        f"Exact gate against `{result.accepted_path.name}` (last accepted entry per arm).",
+        "",
+        "| arm | verdict | run | accepted | notes |",
+        "|---|---|---|---|---|",
+    ]
+    for arm in result.arms:
+        acc = arm.accepted
+        since = f"{acc.accepted_at} ({(acc.commit or '?')[:10]})" if acc else "-"
+        notes = arm.error or ""
+        if arm.status == "changed":
+            notes = f"{len(arm.differences)} value(s) differ"
+            if arm.input_changes:
+                notes += "; inputs: " + ", ".join(arm.input_changes)
+            else:
+                notes += "; same inputs: the code changed"
+        elif arm.status == "new":
+            notes = "no accepted entry: run with --accept --reason ... and commit the file"
+        run = arm.run_dir.name if arm.run_dir else "-"
+        lines.append(
+            f"| {arm.profile} | {_ICON[arm.status]} {arm.status} | `{run}` | {since} | {notes} |"
+        )
+    lines.append("")
+    for arm in result.arms:
+        if arm.differences:
+            lines += _difference_table(arm)
+    if result.accept:
+        appended = ", ".join(result.appended) or "nothing"
+        lines += [f"Accepted (appended to the history): {appended}.", ""]
+    lines += ["### Claims", "", render_claims(result.claims, result.claims_notes, markdown=True)]
+    if result.dashboard:
+        lines.append(f"Dashboard: `{result.dashboard}`")
+    lines.append(f"\nexit code {result.exit_code}\n")
+    return "\n".join(lines)
+
+
+def _difference_table(arm: SimArm) -> list[str]:
+    lines = [
+        f"### {arm.profile}: changed",
+        "",
+        "| point | value | accepted | now | change |",
+        "|---|---|---|---|---|",
+    ]
+    for d in arm.differences[:_MAX_ROWS]:
+        lines.append(f"| {d.point} | {d.field} | {d.accepted} | {d.now} | {d.relative()} |")
+    if len(arm.differences) > _MAX_ROWS:
+        lines.append(f"| ... | {len(arm.differences) - _MAX_ROWS} more | | | |")
+    return [*lines, ""]
+
+
+def sim_summary_dict(result: SimNightly) -> dict[str, Any]:
+    return {
+        "schema_version": "repro.sim-nightly/1",
+        "stamp": result.stamp,
+        "accepted_history": str(result.accepted_path),
+        "accept": result.accept,
+        "appended": result.appended,
+        "exit_code": result.exit_code,
+        "arms": [
+            {
+                "profile": a.profile,
+                "status": a.status,
+                "run_dir": str(a.run_dir or ""),
+                "error": a.error,
+                "input_changes": a.input_changes,
+                "differences": [d.__dict__ for d in a.differences],
+            }
+            for a in result.arms
+        ],
+        "claims": [c.__dict__ for c in result.claims],
+        "claims_notes": result.claims_notes,
+        "dashboard": str(result.dashboard or ""),
+    }
