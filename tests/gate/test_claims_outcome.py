@@ -26,7 +26,9 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     recipe.write_text(
         "number: 3\nnum_turns: 2\nfirst_turn_length: 1000000\nsubsequent_turn_length: 500\n"
     )
-    hs = run_simulation("hisparse384-1m", dataset=str(recipe), overrides=SETS, out=root, run_id="hs")
+    hs = run_simulation(
+        "hisparse384-1m", dataset=str(recipe), overrides=SETS, out=root, run_id="hs"
+    )
     with pytest.raises(EngineRefused):
         run_simulation("offload512-1m", dataset=str(recipe), overrides=SETS, out=root, run_id="off")
     small = root / "small.yaml"  # the same arm on 30k-token conversations
