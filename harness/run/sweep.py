@@ -331,6 +331,9 @@ def open_run(target: Target, ds: DatasetFacts, planned: list[PlannedPoint], echo
         manifest.status = "running"
         manifest.owner = this_owner()
         manifest.notes.append(f"resumed at {time.time():.0f}")
+        if manifest.start_failure:  # this attempt is judged on its own start
+            manifest.notes.append(f"an earlier start failed: {manifest.start_failure}")
+            manifest.start_failure = None
     layout = RunLayout(target.run_dir)
     atomic_write_json(layout.manifest, manifest)
     turns = effective_turns(ds.num_turns, target.profile.sweep.max_turns)

@@ -11,7 +11,8 @@ import pytest
 from harness.errors import RunError, ServerStartFailed
 from harness.gate.claims import run_claims
 from harness.results import load_run
-from harness.run.sweep import SweepRequest, run_sweep
+from harness.run.inputs import inspect_dataset
+from harness.run.sweep import SweepRequest, open_run, resolve, run_sweep
 from harness.serve.server import free_port
 
 REASON = "To serve at least one request with the model's max seq len (1048576)"
@@ -49,3 +50,15 @@ def test_a_refused_sim_server_fails_the_sweep_and_the_run_records_why(tmp_path):
     with pytest.raises(RunError, match="already exists"):
         run_sweep(_request(tmp_path, "off"), echo=log.append)
     assert json.loads((run_dir / "manifest.json").read_text()) == json.loads(before)
+
+
+def test_a_resumed_run_is_judged_on_its_own_start(tmp_path):
+    with pytest.raises(ServerStartFailed):
+        run_sweep(_request(tmp_path, "off"), echo=lambda _m: None)
+    target = resolve(SweepRequest(resume=tmp_path / "off"))
+    sweep = open_run(target, inspect_dataset(target.dataset_spec, build=True), [], lambda _m: None)
+    assert sweep.manifest.start_failure is None
+    assert any(
+        "an earlier start failed" in note and REASON in note for note in sweep.manifest.notes
+    )
+    assert load_run(tmp_path / "off").manifest.start_failure is None  # written as it reopened
