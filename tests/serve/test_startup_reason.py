@@ -2,28 +2,30 @@
 
 from __future__ import annotations
 
+from support.vllm_logs import CPU_REFUSAL as MSG
+
 from harness.serve.startup import failure_reason
 
-# The shape of a vLLM 0.32 start-up log when the KV check fails: the engine core's traceback,
-# then the API server's RuntimeError pointing back at it.
-VLLM_LOG = """\
-INFO 12-01 13:00:01 [api_server.py:1830] vLLM API server version 0.32.0
-(EngineCore_DP0 pid=4242) ERROR 12-01 13:01:02 [core.py:812] EngineCore failed to start.
-(EngineCore_DP0 pid=4242) Traceback (most recent call last):
-(EngineCore_DP0 pid=4242)   File "vllm/v1/core/kv_cache_utils.py", line 1030, in _check_enough
-(EngineCore_DP0 pid=4242) ValueError: To serve at least one request with the model's max seq \
-len (1048576), (46.58 GiB KV cache is needed, which is larger than the available KV cache memory \
-(17.8 GiB).
+# Lines of the real vLLM 0.32.0 log behind CPU_REFUSAL, cut to the parts that matter: the engine
+# core's logged traceback, its re-raise, then the API server's RuntimeError.
+E = "(EngineCore pid=16718) ERROR 12-01 13:18:07 [core.py:1510]"
+
+VLLM_LOG = f"""\
+{E}     _check_enough_kv_cache_memory(
+{E}     raise ValueError(
+{E} ValueError: {MSG}
+(EngineCore pid=16718) ERROR 12-01 13:18:11 [multiproc_executor.py:315] Worker proc VllmWorker-0 \
+died unexpectedly (exit code: None), shutting down executor.
+Process EngineCore:
 Traceback (most recent call last):
-RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
+    raise ValueError(
+ValueError: {MSG}
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {{}}
 """
 
 
 def test_the_root_cause_is_the_engine_cores_value_error():
-    assert failure_reason(VLLM_LOG) == (
-        "To serve at least one request with the model's max seq len (1048576), (46.58 GiB KV "
-        "cache is needed, which is larger than the available KV cache memory (17.8 GiB)."
-    )
+    assert failure_reason(VLLM_LOG) == MSG
 
 
 def test_without_a_value_error_the_last_error_line_and_none_without_any():

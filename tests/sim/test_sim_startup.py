@@ -7,13 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
+from support.vllm_logs import CPU_REFUSAL
 
 from harness.errors import RunError
 from harness.results import load_run
 from harness.serve.profiles import load_profile
 from harness.sim.config import setup_from_profile
 from harness.sim.run import run_simulation
-from harness.sim.startup import EngineRefused
+from harness.sim.startup import EngineRefused, KvPool, check_kv_pool
 
 GIB = 2**30
 
@@ -41,6 +42,15 @@ def test_offloading_at_1m_is_refused_with_vllms_message_and_numbers():
         "the CPU backend) or decreasing `max_model_len` when initializing the engine. "
         "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
     )
+
+
+def test_the_message_is_the_one_real_vllm_printed_for_the_same_pool():
+    # vLLM on CPU: 8 blocks of 128 tokens, max-model-len 4096 (tests/support/vllm_logs.py);
+    # any block small enough to round to 0.0 GiB gives the same text
+    pool = KvPool(8 * 65536, 65536, lambda n: -(-n // 128))
+    with pytest.raises(EngineRefused) as err:
+        check_kv_pool(pool, 4096)
+    assert err.value.reason == CPU_REFUSAL
 
 
 def test_the_boundary_is_the_pool_minus_the_null_block():
