@@ -19,6 +19,15 @@ class ServerError(ReproError):
     """The server did not start, died, or could not be reached."""
 
 
+class ServerStartFailed(ServerError):
+    """The server process exited before it was ready; `reason` is its own error line."""
+
+    def __init__(self, message: str, *, server_exit_code: int | None, reason: str | None) -> None:
+        super().__init__(message)
+        self.server_exit_code = server_exit_code
+        self.reason = reason
+
+
 class DatasetError(ReproError):
     """A dataset could not be built or verified."""
 

@@ -338,6 +338,9 @@ class RunManifest(_Record):
     planned_points: list[str] = Field(default_factory=list)
     repeats: int = 1
     coherence: CoherenceRecord | None = None
+    # the server exited before it was ready: stage, exit_code, reason (its own error line, e.g.
+    # vLLM's "To serve at least one request with the model's max seq len ...")
+    start_failure: dict[str, Any] | None = None
     notes: list[str] = Field(default_factory=list)
     # host, pid and process start of the harness that runs it; server_pgid when it launched one
     owner: dict[str, Any] = Field(default_factory=dict)

@@ -19,8 +19,8 @@ _CLAIMS = click.option(
     "--claims",
     "claims_path",
     type=click.Path(path_type=Path),
-    help="Claims file (default: launch/claims/cpu-tiny.yaml for CPU runs, "
-    "glm53-blog.yaml for GPU runs).",
+    help="Claims file (default: the launch/claims/*.yaml naming the first run's profile, else "
+    "cpu-tiny.yaml for CPU runs, glm53-blog.yaml for GPU runs).",
 )
 _DB = click.option(
     "--db",

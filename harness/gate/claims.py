@@ -24,6 +24,13 @@ An operand's ``point`` is a label (``c32``), ``top`` (the highest-concurrency po
 (``harness.results.METRICS``; the median over valid repeats) or a ``field`` of the point
 (``parallel`` or ``number``). A claim whose arm has no run is *skipped*; one whose value is
 missing *fails* (the run did not produce the evidence).
+
+A claim can instead state what became of an arm's run as a whole (``harness.gate.outcome``)::
+
+      - id: offloading-1m-refused
+        outcome: {arm: offloading-1m, expect: refused, reason: "max seq len (1048576)"}
+      - id: hisparse-1m-serves
+        outcome: {arm: hisparse-1m, expect: served, min_prompt_tokens: 1000000}
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from harness.analysis.groups import group_by_point
 from harness.config import load_yaml
 from harness.errors import ReproError
+from harness.gate import outcome
 from harness.paths import CLAIMS_DIR
 from harness.results import METRICS, PointRecord, Run, load_run
 
@@ -78,22 +86,52 @@ class Operand(_Strict):
         return f"{self.arm}.{self.point}.{self.metric or self.field}"
 
 
+class Outcome(_Strict):
+    """What became of an arm's run as a whole: it started and served every request, or its
+    server refused to start (for a reason that contains `reason`)."""
+
+    arm: str
+    expect: Literal["served", "refused"]
+    reason: str | None = None  # refused: text the recorded start-up reason must contain
+    min_prompt_tokens: int | None = Field(None, ge=1)  # served: each point's mean prompt
+
+    @model_validator(mode="after")
+    def _keys_for_expect(self) -> Outcome:
+        if self.expect == "served" and self.reason is not None:
+            raise ValueError("reason applies to expect: refused only")
+        if self.expect == "refused" and self.min_prompt_tokens is not None:
+            raise ValueError("min_prompt_tokens applies to expect: served only")
+        return self
+
+
 class Claim(_Strict):
     id: str
     text: str = ""
-    left: Operand
-    op: Literal[">=", ">", "<=", "<"]
+    left: Operand | None = None
+    op: Literal[">=", ">", "<=", "<"] | None = None
     value: float | None = None
     right: Operand | None = None
     factor: float = 1.0
+    outcome: Outcome | None = None
 
     @model_validator(mode="after")
     def _one_rhs(self) -> Claim:
+        if self.outcome is not None:
+            given = [k for k in ("left", "op", "value", "right") if getattr(self, k) is not None]
+            if given or self.factor != 1.0:
+                raise ValueError(f"outcome stands alone; remove {', '.join(given) or 'factor'}")
+            return self
+        if self.left is None or self.op is None:
+            raise ValueError("give left and op (a comparison), or outcome")
         if (self.value is None) == (self.right is None):
             raise ValueError("give exactly one of value or right")
         if self.right is not None and self.right.point == "all":
             raise ValueError("right.point cannot be 'all'")
         return self
+
+    def arms(self) -> list[str]:
+        sides = [self.outcome, self.left, self.right]
+        return list(dict.fromkeys(s.arm for s in sides if s is not None))
 
 
 class ClaimsFile(_Strict):
@@ -105,9 +143,9 @@ class ClaimsFile(_Strict):
     @model_validator(mode="after")
     def _arms_exist(self) -> ClaimsFile:
         for index, claim in enumerate(self.claims):
-            for side in (claim.left, claim.right):
-                if side is not None and side.arm not in self.arms:
-                    raise ValueError(f"claims.{index} ({claim.id}): unknown arm {side.arm!r}")
+            for arm in claim.arms():
+                if arm not in self.arms:
+                    raise ValueError(f"claims.{index} ({claim.id}): unknown arm {arm!r}")
         return self
 
 
@@ -149,18 +187,31 @@ def _value(group: list[PointRecord], operand: Operand) -> float | None:
 def check_claims(claims: ClaimsFile, runs_by_arm: dict[str, Run]) -> list[ClaimResult]:
     results = []
     for claim in claims.claims:
-        arms = [claim.left.arm] + ([claim.right.arm] if claim.right else [])
-        absent = [a for a in dict.fromkeys(arms) if a not in runs_by_arm]
+        absent = [a for a in claim.arms() if a not in runs_by_arm]
         if absent:
             results.append(
                 ClaimResult(claim.id, claim.text, "skipped", f"no run for arm {', '.join(absent)}")
             )
             continue
+        if claim.outcome is not None:
+            results.append(_check_outcome(claim, runs_by_arm[claim.outcome.arm]))
+            continue
         results.append(_check_one(claim, runs_by_arm))
     return results
 
 
+def _check_outcome(claim: Claim, run: Run) -> ClaimResult:
+    want = claim.outcome
+    assert want is not None
+    if want.expect == "served":
+        status, detail = outcome.served(run, want.min_prompt_tokens)
+    else:
+        status, detail = outcome.refused(run, want.reason)
+    return ClaimResult(claim.id, claim.text, status, f"{want.arm} {want.expect}: {detail}")
+
+
 def _check_one(claim: Claim, runs_by_arm: dict[str, Run]) -> ClaimResult:
+    assert claim.left is not None and claim.op is not None  # the validator's comparison form
     compare = OPS[claim.op]
     right_value: float | None = claim.value
     right_text = f"{claim.value:g}" if claim.value is not None else ""
@@ -232,7 +283,13 @@ def match_runs(
     return mapping, notes
 
 
-def default_claims_path(gpus: int) -> Path:
+def default_claims_path(gpus: int, profile_name: str | None = None) -> Path:
+    """The claims file whose arms name the profile, else by GPUs (CPU tiny or the blog's)."""
+    for path in sorted(CLAIMS_DIR.glob("*.yaml")):
+        if profile_name and any(
+            profile_name in a.profiles for a in load_claims(path).arms.values()
+        ):
+            return path
     return CLAIMS_DIR / ("cpu-tiny.yaml" if gpus == 0 else "glm53-blog.yaml")
 
 
@@ -247,7 +304,8 @@ def run_claims(
         first = runs[0] if runs else (load_run(next(iter(explicit.values()))) if explicit else None)
         if first is None:
             raise ReproError("give at least one run")
-        claims_path = default_claims_path(int((first.manifest.profile or {}).get("gpus", 1) or 0))
+        gpus = int((first.manifest.profile or {}).get("gpus", 1) or 0)
+        claims_path = default_claims_path(gpus, first.manifest.profile_name)
     claims = load_claims(claims_path)
     mapping, notes = match_runs(claims, runs, explicit)
     results = check_claims(claims, mapping)

@@ -33,7 +33,7 @@ from harness.client.evalscope import (
     evalscope_executable,
 )
 from harness.coherence import check_for_sweep, plan_check, point_invalid_reason
-from harness.errors import ConfigError, ReproError, RunError, ServerError
+from harness.errors import ConfigError, ReproError, RunError, ServerError, ServerStartFailed
 from harness.identity import configuration_key
 from harness.paths import results_dir
 from harness.results import (
@@ -234,9 +234,9 @@ def resolve(request: SweepRequest) -> Target:
 
 def _default_dataset(prof: Profile, engine: str) -> str:
     if engine == "sim":  # the GLM recipes need the hub's tokenizer; the sim runs offline
-        from harness.sim.serve.server import SIM_DEFAULT_DATASET
+        from harness.sim.serve.server import sim_dataset_for
 
-        return SIM_DEFAULT_DATASET
+        return sim_dataset_for(prof.sweep.dataset)
     return prof.sweep.dataset
 
 
@@ -331,6 +331,9 @@ def open_run(target: Target, ds: DatasetFacts, planned: list[PlannedPoint], echo
         manifest.status = "running"
         manifest.owner = this_owner()
         manifest.notes.append(f"resumed at {time.time():.0f}")
+        if manifest.start_failure:  # this attempt is judged on its own start
+            manifest.notes.append(f"an earlier start failed: {manifest.start_failure}")
+            manifest.start_failure = None
     layout = RunLayout(target.run_dir)
     atomic_write_json(layout.manifest, manifest)
     turns = effective_turns(ds.num_turns, target.profile.sweep.max_turns)
@@ -501,8 +504,16 @@ def _drive(sweep: Sweep, fail_fast: bool, echo: Echo) -> None:
         status = "partial"
         echo("interrupted: stopping the client and the server; finished points are kept")
         raise
-    except ReproError:
+    except ReproError as exc:
         status = "partial" if finished_points(layout) else "failed"
+        if isinstance(exc, ServerStartFailed):  # recorded, so that the refusal can be judged
+            stage = "startup" if server is None else "restart"
+            manifest.start_failure = {
+                "stage": stage,
+                "exit_code": exc.server_exit_code,
+                "reason": exc.reason,
+                "log": str(layout.server_log),
+            }
         raise
     finally:
         if server is not None and not target.url:

@@ -28,7 +28,7 @@ from typing import Any, Self
 
 import requests
 
-from harness.errors import ServerError
+from harness.errors import ServerError, ServerStartFailed
 from harness.paths import cache_dir
 from harness.serve.builds import BuildEnv, ensure_build, get_build, nvidia_gpu_count
 from harness.serve.endpoints import live_facts, loopback_session
@@ -39,6 +39,7 @@ from harness.serve.provenance import (
     kv_capacity_lines,
     relevant_env,
 )
+from harness.serve.startup import failure_reason
 
 __all__ = ["VllmServer", "host_facts", "serve_until_signalled"]
 
@@ -307,9 +308,19 @@ class VllmServer:
 
     def _died(self, when: str) -> ServerError:
         code = self._proc.poll() if self._proc else None
-        return ServerError(
-            f"vLLM ({self.profile.name}) exited with code {code} {when}; "
-            f"log {self.log_path}, last lines:\n{self.log_tail()}"
+        tail = self.log_tail()
+        if when != "during start-up":
+            return ServerError(
+                f"vLLM ({self.profile.name}) exited with code {code} {when}; "
+                f"log {self.log_path}, last lines:\n{tail}"
+            )
+        reason = failure_reason(self.log_tail(400))
+        because = f": {reason}" if reason else ""
+        return ServerStartFailed(
+            f"vLLM ({self.profile.name}) exited with code {code} {when}{because}; "
+            f"log {self.log_path}, last lines:\n{tail}",
+            server_exit_code=code,
+            reason=reason,
         )
 
     def _wait_ready(self) -> None:

@@ -25,6 +25,7 @@ from harness.sim.facts import compute_facts, gpu_facts
 from harness.sim.mtp import Mtp
 from harness.sim.policies import Channel, GpuOnly, HiSparse, Offload
 from harness.sim.scheduler import Scheduler
+from harness.sim.startup import EngineRefused, check_host_pool, check_kv_pool, kv_pool
 
 CALIBRATION_SCHEMA = "repro.sim-calibration/1"
 MODELLED = {
@@ -299,6 +300,10 @@ def setup_from_profile(
                 f"sim.{key}: not a simulator parameter (known: {', '.join(FIT_PARAMS)})"
             )
         setattr(roof, key, float(value))
+    max_len = _int(where, "serve.max-model-len", serve.get("max-model-len", 142000))
+    kv_check = _refuse_like_vllm(
+        where, policy, pool, dep, policy_args, max_len, "num-gpu-blocks-override" in serve, roof
+    )
     facts = {
         "kv_gib_per_gpu": dep.kv_gib_per_gpu,
         "pool_units": pool,
@@ -308,6 +313,7 @@ def setup_from_profile(
         **policy_args,
         "baseline_limit_at_80k": capacity_at(dep, 80000, rows).baseline_limit,
         "hisparse_limit_at_80k": capacity_at(dep, 80000, rows).hisparse_limit,
+        **kv_check,
     }
     return SimSetup(
         profile_name=profile.name,
@@ -320,7 +326,7 @@ def setup_from_profile(
         max_num_batched_tokens=_int(
             where, "serve.max-num-batched-tokens", serve.get("max-num-batched-tokens", 8192)
         ),
-        max_model_len=_int(where, "serve.max-model-len", serve.get("max-model-len", 142000)),
+        max_model_len=max_len,
         prefix_caching=bool(serve.get("enable-prefix-caching", True)),
         spec_tokens=spec,
         roofline=roof,
@@ -328,6 +334,28 @@ def setup_from_profile(
         served_model_name=profile.served_model_name,
         facts=facts,
     )
+
+
+def _refuse_like_vllm(
+    where: str,
+    policy: str,
+    pool: int,
+    dep: Any,
+    args: dict[str, Any],
+    max_len: int,
+    overridden: bool,
+    roof: Roofline,
+) -> dict[str, float]:
+    """vLLM's start-up checks on the simulated pools (harness.sim.startup): the error names
+    the profile, then carries vLLM's own message."""
+    try:
+        facts = check_kv_pool(kv_pool(policy, pool, dep, args, overridden), max_len)
+        if policy == "hisparse":
+            host = int(args["host_blocks"] / roof.host_bytes_scale)
+            check_host_pool(host, dep.host_block_tokens, max_len)
+    except EngineRefused as exc:
+        raise EngineRefused(exc.reason, where) from None
+    return facts
 
 
 def _check_inputs(

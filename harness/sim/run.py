@@ -34,6 +34,7 @@ from harness.results import (
 from harness.run.plan import plan_points
 from harness.sim.client import PointClient, Turn, Workload, shaped_workload
 from harness.sim.config import SimSetup, load_calibration, setup_from_profile, split_overrides
+from harness.sim.startup import EngineRefused
 
 BLOG_SHAPE = {
     "number": 128,
@@ -246,7 +247,7 @@ def run_simulation(
     serve_sets, params = split_overrides(overrides)
     prof = load_profile(profile_name, serve_sets)
     cal = load_calibration(calibration) if calibration else None
-    setup = setup_from_profile(prof, cal, params)
+    dataset = dataset or profile_dataset(prof)
     workload = load_workload(dataset)
     rid = run_id or f"sim-{prof.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
     run_dir = Path(out or results_dir()) / rid
@@ -255,20 +256,16 @@ def run_simulation(
             f"{run_dir}: already exists; a simulation never writes into an existing run directory"
         )
     gpus = max(int(prof.gpus), 1)
-    results = simulate_points(setup, workload, prof.sweep, points, gpus)
-    layout = RunLayout(run_dir)
-    run_dir.mkdir(parents=True)
     profile_dump = prof.model_dump(mode="json")
     sweep_dump = prof.sweep.model_dump(mode="json")
     digest = hashlib.sha256(repr(workload.turns).encode()).hexdigest()
     cal_info = _calibration_info(cal)
-    manifest = simulated_manifest(
-        rid,
-        profile_name=prof.name,
-        profile=profile_dump,
-        overrides=list(overrides),
-        gpus=gpus,
-        dataset={
+    fields: dict[str, Any] = {
+        "profile_name": prof.name,
+        "profile": profile_dump,
+        "overrides": list(overrides),
+        "gpus": gpus,
+        "dataset": {
             "spec": dataset or "blog-shaped",
             "path": workload.source,
             "sha256": digest,
@@ -276,10 +273,22 @@ def run_simulation(
             "num_turns": workload.num_turns,
             "manifest": {"token_counts_only": True},
         },
-        workload_key=configuration_key(
+        "workload_key": configuration_key(
             dataset_sha256=digest, sweep=sweep_dump, profile=profile_dump
         ),
-        sweep=sweep_dump,
+        "sweep": sweep_dump,
+    }
+    try:
+        setup = setup_from_profile(prof, cal, params)
+    except EngineRefused as exc:
+        _write_refused(run_dir, rid, fields, exc, cal_info)
+        raise EngineRefused(exc.reason, f"{exc.where} (recorded in {run_dir})") from None
+    results = simulate_points(setup, workload, prof.sweep, points, gpus)
+    layout = RunLayout(run_dir)
+    run_dir.mkdir(parents=True)
+    manifest = simulated_manifest(
+        rid,
+        **fields,
         planned_points=[r.point_id for r, _ in results],
         build={
             "engine": "sim",
@@ -291,6 +300,27 @@ def run_simulation(
     )
     write_simulated_run(layout, manifest, results)
     return run_dir
+
+
+def profile_dataset(prof: Any) -> str | None:
+    """The profile's own sweep dataset when it names one (token counts only), else None."""
+    return prof.sweep.dataset if "dataset" in prof.sweep.model_fields_set else None
+
+
+def _write_refused(
+    run_dir: Path, rid: str, fields: dict[str, Any], exc: EngineRefused, cal_info: dict[str, Any]
+) -> None:
+    """A refused start is a run too (status failed, no points), so claims can judge it."""
+    run_dir.mkdir(parents=True)
+    manifest = simulated_manifest(
+        rid,
+        **fields,
+        build={"engine": "sim", "calibration": cal_info},
+        start_failure={"stage": "startup", "exit_code": exc.exit_code, "reason": exc.reason},
+        notes=["simulated run: the engine refused to start", f"refused: {exc.reason}"],
+    )
+    manifest.status = "failed"
+    atomic_write_json(RunLayout(run_dir).manifest, manifest)
 
 
 def simulated_manifest(run_id: str, **fields: Any) -> RunManifest:

@@ -32,7 +32,10 @@ def test_pools_come_from_the_capacity_model():
 
 
 def test_num_gpu_blocks_override_sizes_the_pool():
-    prof = load_profile("offload512", ["serve.num-gpu-blocks-override=1234"])
+    # 1,233 usable blocks hold 78,912 tokens: a 142,000 max-model-len would be refused
+    prof = load_profile(
+        "offload512", ["serve.num-gpu-blocks-override=1234", "serve.max-model-len=65536"]
+    )
     assert setup_from_profile(prof).pool_units == 1234
 
 

@@ -80,9 +80,15 @@ def test_a_simulation_never_writes_into_an_existing_run(small, tmp_path):
 
 
 def test_a_smaller_kv_pool_lowers_occupancy_and_raises_waiting(small, tmp_path):
-    # 1,200 blocks x 64 tokens hold two of these ~31K-token requests fully resident.
+    # 1,200 blocks x 64 tokens hold two of these ~31K-token requests fully resident (and
+    # not one of 142,000 tokens: the max-model-len must come down for the engine to start).
     tight = load_run(
-        simulate(small, tmp_path, "tight", extra=("serve.num-gpu-blocks-override=1200",))
+        simulate(
+            small,
+            tmp_path,
+            "tight",
+            extra=("serve.num-gpu-blocks-override=1200", "serve.max-model-len=40960"),
+        )
     )
     roomy = load_run(simulate(small, tmp_path, "roomy"))
     t, r = tight.points[1].metrics, roomy.points[1].metrics

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from typing import Any
 from harness.errors import ConfigError
 from harness.sim.config import load_calibration, setup_from_profile, split_overrides
 from harness.sim.serve.faults import Faults, FaultState
+from harness.sim.startup import EngineRefused
 
 SIM_DEFAULT_DATASET = "openhands-offline"  # the blog-shaped offline recipe (tiny tokenizer)
 # bench_simserve (loaded 2-core machine): at K=2 interactivity within 5 % of offline at every
@@ -29,6 +31,15 @@ class ServeOptions:
     time_scale: float = DEFAULT_TIME_SCALE
     reasoning_field: bool = False
     faults: Faults = field(default_factory=Faults)
+
+
+def sim_dataset_for(profile_dataset: str) -> str:
+    """The offline twin `<recipe>-offline` of a profile's dataset if there is one (the hub
+    recipes need GLM-5.3's tokenizer), else the blog-shaped offline recipe."""
+    from harness.dataset.recipe import recipe_path
+
+    twin = recipe_path(f"{profile_dataset}-offline")
+    return twin.stem if twin is not None else SIM_DEFAULT_DATASET
 
 
 def tokenizer_for(dataset: str) -> str:
@@ -94,10 +105,11 @@ def build_state(opts: ServeOptions) -> Any:
             "vLLM streams delta.reasoning only with one"
         )
     engine = setup.build()
-    spec = opts.tokenizer or tokenizer_for(opts.dataset or SIM_DEFAULT_DATASET)
+    dataset = opts.dataset or sim_dataset_for(prof.sweep.dataset)
+    spec = opts.tokenizer or tokenizer_for(dataset)
     counter = PromptCounter(spec, engine.policy.block_tokens)
     if opts.dataset or not opts.tokenizer:
-        _prewarm(counter, opts.dataset or SIM_DEFAULT_DATASET)
+        _prewarm(counter, dataset)
     emit_box: list[Any] = []  # the dispatcher needs the state, the state needs the engine
     live = LiveEngine(
         engine,
@@ -143,7 +155,13 @@ def serve(opts: ServeOptions, *, host: str, port: int, echo: Any = print) -> Non
 
     from harness.sim.serve.app import make_app
 
-    state = build_state(opts)
+    try:
+        state = build_state(opts)
+    except EngineRefused as exc:
+        # vLLM's engine core logs its ValueError and the server exits 1; the run layer reads
+        # the reason from this line (harness.serve.startup)
+        print(f"ValueError: {exc.reason}", file=sys.stderr, flush=True)
+        raise
     facts = state.facts
     echo(
         f"sim serve: profile {facts['profile']} ({facts['policy']}), time scale "
