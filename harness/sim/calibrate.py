@@ -53,6 +53,7 @@ START = {
 }
 WEIGHTS = {"occupancy": 2.0, "interactivity": 1.0, "throughput_per_gpu": 1.0}
 METRICS = tuple(WEIGHTS)
+STALLED = 1e6  # loss of parameters under which the simulated engine stalls
 
 
 @dataclass
@@ -154,8 +155,12 @@ def fit(
     def objective(x: list[float]) -> float:
         nonlocal evals, best
         params = _scale(list(x), names)
-        value = loss(errors(targets, params))
         evals += 1
+        try:
+            value = loss(errors(targets, params))
+        except RuntimeError as exc:  # a stalled engine: these parameters cannot serve the sweep
+            echo(f"  eval {evals}: {exc}")
+            return STALLED
         if value < best[0]:
             best = (value, params)
             echo(
