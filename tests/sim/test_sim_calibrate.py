@@ -38,7 +38,7 @@ def test_targets_are_the_two_mtp3_series_only():
 
 def test_more_than_six_parameters_are_refused():
     with pytest.raises(Exception, match="at most six"):
-        cal.fit([], names=(*cal.FITTED, "hbm_eff"))
+        cal.fit([], names=(*cal.FITTED, "pcie_eff"))
 
 
 def test_written_calibration_loads_with_provenance(tmp_path: Path):
