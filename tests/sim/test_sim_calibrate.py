@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,15 @@ def test_written_calibration_loads_with_provenance(tmp_path: Path):
     assert (loaded.model, loaded.gpu, loaded.params) == ("glm-5.3", "h200", {"prefill_eff": 0.05})
     prov = yaml.safe_load(out.read_text())["provenance"]
     assert prov["fitted_to"] == "launch/published/glm53-blog.yaml" and prov["evaluations"] == 3
+
+
+def test_loss_adds_a_hinge_only_outside_the_target_band():
+    def row(metric: str, simulated: float) -> dict:
+        return {"metric": metric, "target": 100.0, "simulated": simulated}
+
+    inside = [row("interactivity", 110.0)]  # +10 %: inside the 15 % band
+    assert cal.loss(inside) == pytest.approx(math.log(1.1) ** 2)
+    outside = [row("occupancy", 120.0)]  # +20 %: 0.0812 past the 10 % band
+    past = math.log(1.2) - math.log(1.1)
+    expected = cal.WEIGHTS["occupancy"] * math.log(1.2) ** 2 + cal.HINGE * past**2
+    assert cal.loss(outside) == pytest.approx(expected)
