@@ -71,3 +71,20 @@ def test_loss_adds_a_hinge_only_outside_the_target_band():
     past = math.log(1.2) - math.log(1.1)
     expected = cal.WEIGHTS["occupancy"] * math.log(1.2) ** 2 + cal.HINGE * past**2
     assert cal.loss(outside) == pytest.approx(expected)
+
+
+def test_a_stalled_engine_is_an_infeasible_point_not_a_crash(monkeypatch: pytest.MonkeyPatch):
+    def fake_errors(targets: list, params: dict) -> list[dict]:
+        if params["prefill_eff"] > 0.3:
+            raise RuntimeError("simulator stalled at t=1.000s")
+        got = 100.0 * params["prefill_eff"] / 0.1  # exact at prefill_eff = 0.1
+        return [{"metric": "interactivity", "target": 100.0, "simulated": got, "rel_error": 0}]
+
+    monkeypatch.setattr(cal, "errors", fake_errors)
+    said: list[str] = []
+    params, _, evals = cal.fit(
+        [], max_evals=40, names=("prefill_eff",), start={"prefill_eff": 0.35}, echo=said.append
+    )
+    assert any("stalled" in line for line in said)
+    assert params["prefill_eff"] == pytest.approx(0.1, rel=0.05)
+    assert evals <= 40
