@@ -13,7 +13,7 @@ import math
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from harness import __version__
 from harness.errors import ConfigError
 from harness.paths import REPO_ROOT
 from harness.sim.config import CALIBRATION_SCHEMA, setup_from_profile
-from harness.sim.cost import FIT_PARAMS
+from harness.sim.cost import FIT_PARAMS, Roofline
 from harness.sim.run import load_workload, simulate_points
 
 PUBLISHED = REPO_ROOT / "launch" / "published" / "glm53-blog.yaml"
@@ -135,6 +135,15 @@ def loss(rows: list[dict[str, Any]]) -> float:
     return total
 
 
+def _roofline_defaults() -> dict[str, float]:
+    """The roofline's own default of every fittable parameter (a start for those not in START)."""
+    return {
+        f.name: float(f.default)  # type: ignore[arg-type]
+        for f in fields(Roofline)
+        if f.name in FIT_PARAMS and f.default is not MISSING
+    }
+
+
 def _scale(x: list[float], names: tuple[str, ...]) -> dict[str, float]:
     out = {}
     for name, v in zip(names, x, strict=True):
@@ -161,7 +170,7 @@ def fit(
     if len(names) > 6:
         raise ConfigError(f"at most six fitted parameters, got {len(names)}: {', '.join(names)}")
     evals = 0
-    begin = dict(START if start is None else start)
+    begin = {**_roofline_defaults(), **(START if start is None else start)}
     best: tuple[float, dict[str, float]] = (math.inf, {n: begin[n] for n in names})
 
     def objective(x: list[float]) -> float:
