@@ -25,6 +25,7 @@ class StepStats:
     prefill_attn_rows: int = 0  # sum over prefill tokens of min(position, top-K)
     prefill_indexer_rows: int = 0  # sum over prefill tokens of their position
     offloaded_rows: int = 0  # top-K rows wanted by requests with host-only history
+    staged_rows: int = 0  # host-only history rows a HiSparse prefill chunk stages first
 
 
 def step_stats(batch: list[Scheduled], *, topk: int, verify_width: int) -> StepStats:
@@ -33,6 +34,8 @@ def step_stats(batch: list[Scheduled], *, topk: int, verify_width: int) -> StepS
         ctx, n = item.context, item.tokens
         if item.prefill:
             s.prefill_tokens += n
+            if item.req.offloaded:
+                s.staged_rows += ctx
             s.prefill_indexer_rows += n * ctx + n * (n - 1) // 2
             below = max(0, min(n, topk - ctx))  # tokens whose position is still < top-K
             s.prefill_attn_rows += below * ctx + below * (below - 1) // 2 + (n - below) * topk
@@ -104,6 +107,10 @@ class Roofline:
     def pcie_bytes_per_s(self) -> float:
         return self.pcie_gbps * 1e9 * self.pcie_eff
 
+    def staging_time(self, rows: int) -> float:
+        """Host->GPU copy of a prefill's host-only history, in the served layout."""
+        return rows * self.row_bytes * self.host_bytes_scale / self.pcie_bytes_per_s()
+
     def step_time(self, s: StepStats) -> float:
         hbm = self.hbm_tbps * 1e12 * self.hbm_eff
         tokens = s.decode_tokens + s.prefill_tokens
@@ -118,6 +125,7 @@ class Roofline:
         )
         compute = flops / (self.tp * self.fp8_tflops * 1e12 * self.prefill_eff)
         miss = s.offloaded_rows * self.miss_rate * self.row_bytes / self.pcie_bytes_per_s()
+        miss += self.staging_time(s.staged_rows)
         fixed = self.allreduce_ms + (self.mtp_draft_ms if self.spec_tokens else 0.0)
         return (self.step_overhead_ms + fixed) / 1000.0 + max(memory, compute) + miss
 
@@ -138,6 +146,10 @@ class TableCost:
 
     def pcie_bytes_per_s(self) -> float:
         return self.pcie_bps
+
+    def staging_time(self, rows: int) -> float:
+        """Host->GPU copy of a prefill's host-only history, in the served layout."""
+        return rows * self.row_bytes * self.host_bytes_scale / self.pcie_bytes_per_s()
 
     def step_time(self, s: StepStats) -> float:
         return self.intercept + sum(c * getattr(s, k) for k, c in self.coefs.items())

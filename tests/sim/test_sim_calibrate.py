@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ def test_targets_are_the_two_mtp3_series_only():
 
 def test_more_than_six_parameters_are_refused():
     with pytest.raises(Exception, match="at most six"):
-        cal.fit([], names=(*cal.FITTED, "hbm_eff"))
+        cal.fit([], names=(*cal.FITTED, "pcie_eff"))
 
 
 def test_written_calibration_loads_with_provenance(tmp_path: Path):
@@ -58,3 +59,32 @@ def test_written_calibration_loads_with_provenance(tmp_path: Path):
     assert (loaded.model, loaded.gpu, loaded.params) == ("glm-5.3", "h200", {"prefill_eff": 0.05})
     prov = yaml.safe_load(out.read_text())["provenance"]
     assert prov["fitted_to"] == "launch/published/glm53-blog.yaml" and prov["evaluations"] == 3
+
+
+def test_loss_adds_a_hinge_only_outside_the_target_band():
+    def row(metric: str, simulated: float) -> dict:
+        return {"metric": metric, "target": 100.0, "simulated": simulated}
+
+    inside = [row("interactivity", 110.0)]  # +10 %: inside the 15 % band
+    assert cal.loss(inside) == pytest.approx(math.log(1.1) ** 2)
+    outside = [row("occupancy", 120.0)]  # +20 %: 0.0812 past the 10 % band
+    past = math.log(1.2) - math.log(1.1)
+    expected = cal.WEIGHTS["occupancy"] * math.log(1.2) ** 2 + cal.HINGE * past**2
+    assert cal.loss(outside) == pytest.approx(expected)
+
+
+def test_a_stalled_engine_is_an_infeasible_point_not_a_crash(monkeypatch: pytest.MonkeyPatch):
+    def fake_errors(targets: list, params: dict) -> list[dict]:
+        if params["prefill_eff"] > 0.3:
+            raise RuntimeError("simulator stalled at t=1.000s")
+        got = 100.0 * params["prefill_eff"] / 0.1  # exact at prefill_eff = 0.1
+        return [{"metric": "interactivity", "target": 100.0, "simulated": got, "rel_error": 0}]
+
+    monkeypatch.setattr(cal, "errors", fake_errors)
+    said: list[str] = []
+    params, _, evals = cal.fit(
+        [], max_evals=40, names=("prefill_eff",), start={"prefill_eff": 0.35}, echo=said.append
+    )
+    assert any("stalled" in line for line in said)
+    assert params["prefill_eff"] == pytest.approx(0.1, rel=0.05)
+    assert evals <= 40
