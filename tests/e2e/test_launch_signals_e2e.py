@@ -65,6 +65,19 @@ def _wait_ready(out: Path, harness_pid: int, log_dir: Path) -> dict:
     raise AssertionError(f"no ready line in {READY_S} s")
 
 
+def _cmdline_once_execed(pid: int, timeout_s: float = 10.0) -> str:
+    """/proc/PID/cmdline, read again while it is empty: in the middle of an execve (bash ->
+    setsid -> python) it reads empty (seen once in CI right after `echo $!`)."""
+    deadline = time.monotonic() + timeout_s
+    text = ""
+    while time.monotonic() < deadline:
+        text = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+        if text:
+            return text
+        time.sleep(0.05)
+    return text
+
+
 def _sigint_ignored(pid: int) -> bool:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("SigIgn:"):
@@ -93,7 +106,7 @@ def test_background_launch_from_a_script_stops_on_sigint(cpu_build, tmp_path: Pa
     subprocess.run(["bash", "-c", script], check=True, env=env, timeout=30)
     harness = int(pidfile.read_text())
     try:
-        assert "harness.cli" in Path(f"/proc/{harness}/cmdline").read_text()
+        assert "harness.cli" in _cmdline_once_execed(harness)
         record = _wait_ready(out, harness, tmp_path)
         group = group_and_descendants(record["pid"], record["pid"])
         assert record["pid"] in group and len(group) >= 2
