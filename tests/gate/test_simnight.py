@@ -163,9 +163,13 @@ def test_cli_refuses_options_the_simulated_engine_does_not_use(tmp_path):
 
 def test_cli_gate_exit_codes(tmp_path, accepted):
     args = ["nightly", "--engine", "sim", "--profiles", "hisparse384", "--no-dashboard"]
-    args += ["--out", str(tmp_path / "cli")]
-    result = CliRunner().invoke(cli, [*args, "--accepted", str(accepted)])
+    # Separate --out per night: run ids are stamped to the second, and a simulation never
+    # writes into an existing run directory.
+    result = CliRunner().invoke(
+        cli, [*args, "--out", str(tmp_path / "cli1"), "--accepted", str(accepted)]
+    )
     assert result.exit_code == 0, result.output
     assert "✅ identical" in result.output
-    result = CliRunner().invoke(cli, [*args, "--accepted", str(tmp_path / "other.jsonl")])
+    other = ["--out", str(tmp_path / "cli2"), "--accepted", str(tmp_path / "other.jsonl")]
+    result = CliRunner().invoke(cli, [*args, *other])
     assert result.exit_code == 1 and "🆕 new" in result.output
