@@ -259,19 +259,24 @@ def run_nightly(
     if dashboard and finished:
         result.dashboard = _dashboard(result, finished, history)
     result.summary_path = summary_path or out_dir / f"nightly-{stamp}.md"
-    text = render_summary(result)
-    atomic_write_text(result.summary_path, text)
-    atomic_write_json(result.summary_path.with_suffix(".json"), summary_dict(result))
-    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step_summary:
-        with open(step_summary, "a", encoding="utf-8") as handle:
-            handle.write(text)
+    publish_summary(result.summary_path, render_summary(result), summary_dict(result))
     for arm in result.arms:
         if arm.verdict is not None:
             echo(render_table(arm.verdict, all_rows=False))
     echo(render_claims(result.claims, result.claims_notes))
     echo(f"nightly summary: {result.summary_path}; exit {result.exit_code}")
     return result
+
+
+def publish_summary(path: Path, text: str, record: dict[str, Any]) -> None:
+    """The markdown summary and its JSON twin, written atomically; the markdown is also
+    appended to $GITHUB_STEP_SUMMARY when set (the job's summary page)."""
+    atomic_write_text(path, text)
+    atomic_write_json(path.with_suffix(".json"), record)
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as handle:
+            handle.write(text)
 
 
 def _sweep_arms_as_jobs(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -31,9 +30,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from harness import __version__
 from harness.errors import ConfigError, ReproError
 from harness.gate.claims import ClaimResult, claims_exit_code, render_claims, run_claims
+from harness.gate.nightly import publish_summary
 from harness.paths import REPO_ROOT, dashboards_dir, results_dir
 from harness.report.dashboard import write_report
-from harness.results import Run, atomic_write_json, atomic_write_text, load_run
+from harness.results import Run, atomic_write_text, load_run
 from harness.sim.run import run_simulation
 
 Echo = Callable[[str], None]
@@ -333,12 +333,7 @@ def _accept(result: SimNightly, reason: str, echo: Echo) -> None:
 def _write_summary(result: SimNightly, path: Path, echo: Echo) -> None:
     result.summary_path = path
     text = render_sim_summary(result)
-    atomic_write_text(path, text)
-    atomic_write_json(path.with_suffix(".json"), sim_summary_dict(result))
-    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step_summary:
-        with open(step_summary, "a", encoding="utf-8") as handle:
-            handle.write(text)
+    publish_summary(path, text, sim_summary_dict(result))
     echo(text)
     echo(f"simulated nightly summary: {path}; exit {result.exit_code}")
 
