@@ -69,14 +69,7 @@ def options_from(executor: str, given: dict[str, Any]) -> SlurmOptions | None:
         if named:
             raise click.UsageError(f"{', '.join(named)}: only with --executor slurm")
         return None
-    return slurm_options(
-        config=values["config"],
-        partition=values["partition"],
-        account=values["account"],
-        time=values["time"],
-        gres=values["gres"],
-        setup=values["setup"] or (),
-    )
+    return slurm_options(**{**values, "setup": values["setup"] or ()})
 
 
 def register(group: click.Group) -> None:

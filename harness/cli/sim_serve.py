@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import fields
+from typing import Any
 
 import click
 
@@ -58,6 +59,7 @@ def sim() -> None:
 )
 @click.option(
     "--metrics-hang-after",
+    "metrics_hang_after_s",
     default=None,
     type=float,
     metavar="S",
@@ -65,6 +67,7 @@ def sim() -> None:
 )
 @click.option(
     "--die-after",
+    "die_after_s",
     default=None,
     type=float,
     metavar="S",
@@ -72,27 +75,13 @@ def sim() -> None:
 )
 @click.option(
     "--faults-after",
+    "after_s",
     default=0.0,
     type=float,
     metavar="S",
     help="Request faults start S wall seconds after start.",
 )
-def serve_cmd(
-    profile: str,
-    host: str,
-    port: int,
-    time_scale: float | None,
-    dataset: str | None,
-    tokenizer: str | None,
-    calibration: Path | None,
-    overrides: tuple[str, ...],
-    reasoning_field: bool,
-    fail_rate: float,
-    truncate_rate: float,
-    metrics_hang_after: float | None,
-    die_after: float | None,
-    faults_after: float,
-) -> None:
+def serve_cmd(host: str, port: int, **options: Any) -> None:
     """Serve PROFILE's simulated engine: /health, /v1/models, /v1/chat/completions, /metrics.
 
     Times inside the engine are virtual; a client measuring wall time must multiply by K.
@@ -100,21 +89,7 @@ def serve_cmd(
     from harness.sim.serve.faults import Faults
     from harness.sim.serve.server import DEFAULT_TIME_SCALE, ServeOptions, serve
 
-    faults = Faults(
-        fail_rate=fail_rate,
-        truncate_rate=truncate_rate,
-        metrics_hang_after_s=metrics_hang_after,
-        die_after_s=die_after,
-        after_s=faults_after,
-    )
-    opts = ServeOptions(
-        profile=profile,
-        overrides=overrides,
-        dataset=dataset,
-        tokenizer=tokenizer,
-        calibration=calibration,
-        time_scale=time_scale or DEFAULT_TIME_SCALE,
-        reasoning_field=reasoning_field,
-        faults=faults,
-    )
-    serve(opts, host=host, port=port, echo=click.echo)
+    # The fault options are named after Faults' fields, the rest after ServeOptions'.
+    faults = Faults(**{f.name: options.pop(f.name) for f in fields(Faults)})
+    options["time_scale"] = options["time_scale"] or DEFAULT_TIME_SCALE
+    serve(ServeOptions(**options, faults=faults), host=host, port=port, echo=click.echo)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -104,28 +105,7 @@ def register(group: click.Group) -> None:
 @flag("--no-report", help="Skip the HTML report and the figures at the end.")
 @executor_options
 @flag("--no-wait", help="slurm: submit and return (`repro runs list` follows it).")
-def sweep(
-    profile: str | None,
-    dataset: str | None,
-    url: str | None,
-    out: Path | None,
-    run_id: str | None,
-    resume: Path | None,
-    dry_run: bool,
-    fail_fast: bool,
-    overrides: tuple[str, ...],
-    repeats: int,
-    only_points: str | None,
-    port: int | None,
-    allow_incoherent: bool,
-    engine: str,
-    time_scale: float | None,
-    sim_args: tuple[str, ...],
-    no_report: bool,
-    executor: str,
-    no_wait: bool,
-    **slurm: Any,
-) -> None:
+def sweep(no_report: bool, executor: str, no_wait: bool, **options: Any) -> None:
     """Run the c1..c32 sweep: launch the profile's vLLM build (or attach to --url), build or reuse
     the dataset, run one `evalscope perf` process per point while scraping /metrics, and write
     results/<run-id>/ (manifest, points/*/point.json, samples.csv, summary.json/csv).
@@ -140,42 +120,32 @@ def sweep(
       repro sweep --profile hisparse384 --engine sim --time-scale 4
       repro sweep --profile hisparse384 --executor slurm --slurm-partition gpu --slurm-time 8:00:00
     """
-    if profile is None and resume is None:
+    # Every option but the report/executor ones is a SweepRequest field of the same name; what
+    # is left after taking those is the --slurm-* group.
+    names = {f.name for f in dataclasses.fields(SweepRequest)}
+    given = {key: options.pop(key) for key in list(options) if key in names}
+    if given["profile"] is None and given["resume"] is None:
         raise click.UsageError("Missing option '--profile' (or --resume RUN_DIR to continue a run)")
-    if url and port:
+    if given["url"] and given["port"]:
         raise click.UsageError("--port applies to a launched server; --url already names one")
-    if resume is not None and (overrides or dataset or url or run_id):
+    if given["resume"] is not None and any(
+        given[k] for k in ("overrides", "dataset", "url", "run_id")
+    ):
         raise click.UsageError(
             "--resume takes its settings from the run; drop --set, --dataset, --url and --run-id"
         )
-    request = SweepRequest(
-        profile=profile,
-        overrides=overrides,
-        dataset=dataset,
-        url=url,
-        out=out,
-        run_id=run_id,
-        resume=resume,
-        dry_run=dry_run,
-        fail_fast=fail_fast,
-        repeats=repeats,
-        only_points=[only_points] if only_points else None,
-        port=port,
-        allow_incoherent=allow_incoherent,
-        engine=engine,
-        time_scale=time_scale,
-        sim_args=sim_args,
-    )
-    options = options_from(executor, slurm)
-    if options is None and no_wait:
+    given["only_points"] = [given["only_points"]] if given["only_points"] else None
+    request = SweepRequest(**given)
+    slurm = options_from(executor, options)
+    if slurm is None and no_wait:
         raise click.UsageError("--no-wait needs --executor slurm")
-    if options is None and resume is not None:
-        settle_job_run(resume)  # a run a Slurm job left: take Slurm's final word first
-    if options is not None:
-        sweep_as_job(request, options, report=not no_report, wait=not no_wait, echo=click.echo)
+    if slurm is None and request.resume is not None:
+        settle_job_run(request.resume)  # a run a Slurm job left: take Slurm's final word first
+    if slurm is not None:
+        sweep_as_job(request, slurm, report=not no_report, wait=not no_wait, echo=click.echo)
         return
     run_dir = run_sweep(request)
-    if not dry_run and not no_report:
+    if not request.dry_run and not no_report:
         write_run_report(run_dir, click.echo)
 
 

@@ -181,17 +181,20 @@ def _cache_enabled() -> bool:
     return os.environ.get(PAD_CACHE_ENV, "1").strip().lower() not in {"0", "off", "false", "no"}
 
 
+def recipe_source(recipe: Recipe, role: str) -> Source:
+    """The recipe's trajectories or pad-text source (`role` names it in errors)."""
+    spec, split, revision = {
+        "trajectories": (recipe.trajectories, recipe.split, recipe.trajectories_revision),
+        "pad text": (recipe.pad_text, recipe.pad_split, recipe.pad_revision),
+    }[role]
+    return Source(spec, split=split, revision=revision, role=role, seed=recipe.seed)
+
+
 def _pool(
     tok: TokenizerHandle, recipe: Recipe, target: int, echo: Callable[[str], None]
 ) -> tuple[PadPool, dict[str, Any], dict[str, Any]]:
     """The pad pool (from the cache when possible), the pad source's provenance, cache info."""
-    pad_src = Source(
-        recipe.pad_text,
-        split=recipe.pad_split,
-        revision=recipe.pad_revision,
-        role="pad text",
-        seed=recipe.seed,
-    )
+    pad_src = recipe_source(recipe, "pad text")
     provenance = pad_src.provenance()
     identity = source_identity(pad_src, provenance)
     cache_info: dict[str, Any] = {"status": "off", "key": None, "path": None}
@@ -325,13 +328,7 @@ def _manifest(
 
 def _read_trajectories(recipe: Recipe) -> tuple[Source, list[list[str]], dict[str, int]]:
     """User messages of the first `number` usable rows, in source order."""
-    trajectories = Source(
-        recipe.trajectories,
-        split=recipe.split,
-        revision=recipe.trajectories_revision,
-        role="trajectories",
-        seed=recipe.seed,
-    )
+    trajectories = recipe_source(recipe, "trajectories")
     conversations, scan = collect_conversations(
         trajectories,
         number=recipe.number,

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.client.evalscope import ClientArgs, client_command
+from harness.client.evalscope import ClientArgs
 from harness.cluster.runs import job_cell, job_records, list_status
 from harness.coherence import coherence_line
 from harness.errors import ReproError, RunError
@@ -104,12 +104,8 @@ def print_plan(
             seen.setdefault(c, plan.point_id)
     if planned:
         first = planned[0]
-        cmd = client_command(
+        cmd = first.client_command(
             args,
-            parallel=first.parallel,
-            number=first.number,
-            dataset_offset=first.dataset_offset,
-            name=first.point_id,
             outputs_dir=run_dir / "points" / first.point_id / "evalscope",
             executable="evalscope",
         )

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from harness.client.evalscope import ClientArgs, client_command
 from harness.dataset.rotation import conversations_for_point
 from harness.errors import ConfigError
 from harness.results import point_id
@@ -39,6 +41,20 @@ class PlannedPoint:
             "turns": turns,
             "expected_requests": self.number * turns,
         }
+
+    def client_command(
+        self, args: ClientArgs, *, outputs_dir: Path, executable: Path | str
+    ) -> list[str]:
+        """The `evalscope perf` command that runs exactly this point."""
+        return client_command(
+            args,
+            parallel=self.parallel,
+            number=self.number,
+            dataset_offset=self.dataset_offset,
+            name=self.point_id,
+            outputs_dir=outputs_dir,
+            executable=executable,
+        )
 
 
 def _select(points: list[tuple[int, int]], only: Sequence[str] | None) -> set[int]:

@@ -16,7 +16,6 @@ from harness.analysis.metrics import derive_point_metrics
 from harness.client.evalscope import (
     ChildResult,
     ClientArgs,
-    client_command,
     client_env,
     conversations_done,
     evalscope_executable,
@@ -130,14 +129,8 @@ def measure(
     """Warm up, then run the client with the scraper polling; samples.csv is written here."""
     pdir = layout.point_dir(plan.point_id)
     pdir.mkdir(parents=True, exist_ok=True)
-    cmd = client_command(
-        args,
-        parallel=plan.parallel,
-        number=plan.number,
-        dataset_offset=plan.dataset_offset,
-        name=plan.point_id,
-        outputs_dir=layout.evalscope_dir(plan.point_id),
-        executable=evalscope_executable(),
+    cmd = plan.client_command(
+        args, outputs_dir=layout.evalscope_dir(plan.point_id), executable=evalscope_executable()
     )
     notes = warm_up(
         server.base_url,

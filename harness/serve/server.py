@@ -259,7 +259,7 @@ class VllmServer:
                 f"port {self.port} on {profile.host} is busy; pick another with "
                 f"--port, or stop what is listening there"
             )
-        require_gpus(profile)
+        self._check_devices()
         try:
             self._launch()
             self._wait_ready()
@@ -267,6 +267,9 @@ class VllmServer:
             self.stop()
             raise
         return self
+
+    def _check_devices(self) -> None:
+        require_gpus(self.profile)
 
     def _launch(self) -> None:
         from harness.serve.tiny import resolve_model

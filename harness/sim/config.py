@@ -8,7 +8,7 @@ that do not change performance (parsers, names) are listed in `NO_EFFECT`.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -180,12 +180,7 @@ def _spec_tokens(where: str, serve: dict[str, Any]) -> int:
         return 0
     if not isinstance(spec, dict):
         raise ConfigError(f"{where}: serve.speculative-config: {spec!r} is not a mapping")
-    method = spec.get("method")
-    if method not in SPEC_METHODS:
-        raise ConfigError(
-            f"{where}: serve.speculative-config.method: {method!r} is not "
-            f"modelled (known: {', '.join(sorted(SPEC_METHODS))})"
-        )
+    _known(where, "serve.speculative-config.method", spec.get("method"), SPEC_METHODS)
     for key in spec:
         if key not in ("method", "num_speculative_tokens"):
             raise ConfigError(f"{where}: serve.speculative-config.{key}: not modelled")
@@ -197,17 +192,20 @@ def _spec_tokens(where: str, serve: dict[str, Any]) -> int:
     )
 
 
+def _known(where: str, key: str, value: Any, known: Collection[str]) -> None:
+    if value not in known:
+        raise ConfigError(
+            f"{where}: {key}: {value!r} is not modelled (known: {', '.join(sorted(known))})"
+        )
+
+
 def _connector(where: str, serve: dict[str, Any]) -> int | None:
     """cpu_bytes_to_use of the OffloadingConnector, or None without a connector."""
     kv = serve.get("kv-transfer-config")
     if kv is None:
         return None
     name = kv.get("kv_connector") if isinstance(kv, dict) else kv
-    if name not in CONNECTORS:
-        raise ConfigError(
-            f"{where}: serve.kv-transfer-config.kv_connector: {name!r} is not "
-            f"modelled (known: {', '.join(sorted(CONNECTORS))})"
-        )
+    _known(where, "serve.kv-transfer-config.kv_connector", name, CONNECTORS)
     extra = kv.get("kv_connector_extra_config") or {}
     spec = extra.get("spec_name", "CPUOffloadingSpec")
     if spec not in OFFLOAD_SPECS:

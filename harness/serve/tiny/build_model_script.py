@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -27,14 +26,6 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
-
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-    "repro_tokenizer.json",
-)
 
 
 def dump_json(path: Path, data: dict) -> None:
@@ -189,8 +180,6 @@ def build(spec: dict, tok_dir: Path, out_dir: Path) -> None:
     dump_json(out_dir / "config.json", config_dict(config, spec))
     generation = {**ids, "do_sample": False}
     dump_json(out_dir / "generation_config.json", generation)
-    for name in TOKENIZER_FILES:
-        shutil.copyfile(tok_dir / name, out_dir / name)
     import transformers
 
     provenance = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,9 @@ def build_model(name: str, python: Path, out_dir: Path, *, tok_dir: Path | None 
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
         raise BuildError(f"building tiny model {name} with {python} failed:\n{tail}")
+    for file_name in TOKENIZER_FILES:  # the model directory carries its tokenizer, as on a hub
+        shutil.copyfile(tok_dir / file_name, out_dir / file_name)
+        (out_dir / file_name).chmod(0o644)
     missing = [f for f in (*MODEL_FILES, *TOKENIZER_FILES) if not (out_dir / f).is_file()]
     if missing:
         raise BuildError(f"tiny model {name} build left no {', '.join(missing)} in {out_dir}")

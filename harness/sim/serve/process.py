@@ -16,10 +16,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ServerError
 from harness.paths import REPO_ROOT
 from harness.serve.profiles import Profile
-from harness.serve.server import VllmServer, host_facts, port_is_free
+from harness.serve.server import VllmServer, host_facts
 
 SIM_READY_TIMEOUT_S = 900.0  # a first start encodes the dataset (~1 min on 2 busy cores)
 
@@ -46,22 +45,8 @@ class SimServer(VllmServer):
         self.extra_args = list(extra_args)
         self.overrides = list(overrides)
 
-    def start(self) -> SimServer:
-        """As VllmServer.start, without the GPU check: the simulated engine needs none."""
-        if self._proc is not None and self._proc.poll() is None:
-            return self
-        if not port_is_free(self.profile.host, self.port):
-            raise ServerError(
-                f"port {self.port} on {self.profile.host} is busy; pick another "
-                "with --port, or stop what is listening there"
-            )
-        try:
-            self._launch()
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+    def _check_devices(self) -> None:
+        """The simulated engine needs no GPU."""
 
     def sim_command(self) -> list[str]:
         cmd = [
