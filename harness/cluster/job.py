@@ -5,7 +5,8 @@ runs as a child process, exactly as a user would run it; when it exits, the job'
 array index, node, partition) go into the run's manifest. On SIGTERM (scancel, time limit) Slurm
 signals every process of the job: the sweep stops its server and marks the run partial by
 itself, and this wrapper writes nothing (the submitter collects Slurm's final state). submitit's
-USR2 (requeue before the time limit) is ignored: a sweep is resumed, not requeued.
+USR2 (requeue before the time limit) is ignored: a sweep is resumed, not requeued. A job that
+Slurm itself requeues (node failure, preemption; `SLURM_RESTART_COUNT` > 0) resumes its run.
 """
 
 from __future__ import annotations
@@ -51,8 +52,39 @@ def _record_in_manifest(run_dir: Path, facts: JobFacts) -> None:
     atomic_write_json(run_dir / "manifest.json", manifest)
 
 
-def sweep_job(argv: list[str], env: dict[str, str], run_dir: str, pick_port: bool) -> int:
-    """Run `repro sweep ARGV...` in this job; raise when it fails (the job is then FAILED)."""
+def _take_over_after_requeue(run_dir: Path, restarts: int) -> bool:
+    """A requeued job (Slurm reruns a batch job whose node failed, or that was preempted) finds
+    the run its first attempt started: Slurm has ended that attempt, so a `running` manifest is
+    stale and the run becomes partial, to be resumed. False when the run has nothing left to do."""
+    manifest = read_manifest(run_dir)
+    if manifest.status == "complete":
+        return False
+    job = current_job_id() or "?"
+    manifest.notes.append(
+        f"slurm job {job} requeued by Slurm (restart {restarts}; "
+        f"the attempt on {manifest.owner.get('host', '?')} was {manifest.status}): resumed"
+    )
+    if manifest.status == "running":
+        manifest.status = "partial"
+    atomic_write_json(run_dir / "manifest.json", manifest)
+    return True
+
+
+def sweep_job(
+    argv: list[str],
+    env: dict[str, str],
+    run_dir: str,
+    pick_port: bool,
+    resume_argv: list[str] | None = None,
+) -> int:
+    """Run `repro sweep ARGV...` in this job; raise when it fails (the job is then FAILED).
+    A requeued job runs RESUME_ARGV instead: the run continues from its first unfinished point."""
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    if restarts and resume_argv and (Path(run_dir) / "manifest.json").is_file():
+        if not _take_over_after_requeue(Path(run_dir), restarts):
+            _record_in_manifest(Path(run_dir), facts_from_environment("COMPLETED"))
+            return 0
+        argv = resume_argv
     signals: list[int] = []
 
     def note(signum: int, frame: Any) -> None:

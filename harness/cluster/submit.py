@@ -13,7 +13,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.cluster.job import sweep_job
@@ -46,6 +46,7 @@ class Prepared:
     profile: Profile
     argv: list[str]
     gres: str | None
+    resume_argv: list[str]  # what a requeued job runs instead: resume the run it started
 
 
 @dataclass(frozen=True)
@@ -134,8 +135,10 @@ def prepare(request: SweepRequest, options: SlurmOptions, *, report: bool) -> Pr
         else:
             run_id = _free_run_id(out, target.run_dir.name)
     argv = _sweep_argv(request, run_id, out, report)
+    # --resume takes profile, overrides, dataset and URL from the run itself.
+    resume_argv = _sweep_argv(replace(request, resume=out / run_id), run_id, out, report)
     gres = options.gres_for(int(target.profile.gpus))
-    return Prepared(request, run_id, out / run_id, target.profile, argv, gres)
+    return Prepared(request, run_id, out / run_id, target.profile, argv, gres, resume_argv)
 
 
 def _executor(folder: Path, options: SlurmOptions, gres: str | None, name: str):
@@ -175,7 +178,7 @@ def _submit_group(group: list[Prepared], options: SlurmOptions) -> list[Submitte
         with executor.batch():
             for prep in group:
                 pick_port = not prep.request.url and not prep.request.port
-                args = (prep.argv, env, str(prep.run_dir), pick_port)
+                args = (prep.argv, env, str(prep.run_dir), pick_port, prep.resume_argv)
                 jobs.append(executor.submit(sweep_job, *args))
     except Exception as exc:  # noqa: BLE001 - sbatch's refusal, in its own words
         text = str(exc).strip().splitlines()

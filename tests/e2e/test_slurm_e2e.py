@@ -1,6 +1,7 @@
 """Sweeps as real Slurm jobs on the single-node cluster of scripts/slurm-local.sh (slurm-wlm +
 munge on localhost), with the real CPU vLLM build: a job's run against a local one, cancel and
-resume as a new job, and a job Slurm kills at its time limit."""
+resume as a new job, a job Slurm kills at its time limit, and a node failure under a running job
+(Slurm requeues it; the requeued job resumes the run)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.cluster.records import read_record, record_path
 from harness.cluster.slurm import INSTALL_HINT, have_slurm
 from harness.results import load_run, read_manifest
 from harness.run.sweep import SweepRequest, run_sweep
@@ -179,3 +181,61 @@ def test_nightly_runs_its_arms_as_one_job_array(cpu_build, slurm, tmp_path):
     assert done.returncode in (0, 1), done.stdout[-4000:] + done.stderr[-2000:]
     out = done.stdout
     assert out.index("[nightly-") < out.index("cpu-tiny: new")  # waited, then judged
+
+
+def _scontrol_node(state: str, reason: str = "", *, check: bool = True) -> None:
+    cmd = ["scontrol", "update", f"NodeName={socket.gethostname()}", f"State={state}"]
+    cmd += [f"Reason={reason}"] if reason else []
+    subprocess.run(cmd, check=check, timeout=60, capture_output=True)
+
+
+def _job_field(job_id: str, key: str) -> str:
+    done = subprocess.run(
+        ["scontrol", "show", "job", "-o", job_id],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return dict(f.split("=", 1) for f in done.stdout.split() if "=" in f).get(key, "")
+
+
+def test_node_failure_requeues_the_job_and_the_requeued_job_resumes_the_run(
+    cpu_build, slurm, tmp_path
+):
+    out = tmp_path / "results"
+    sets = ["--set", "sweep.points=[[1,1],[2,2],[4,4]]", "--set", "sweep.max_tokens=16"]
+    args = ["--profile", "cpu-tiny", *sets, "--out", str(out), "--run-id", "node", "--no-report"]
+    args += ["--set", "sweep.sleep_between_points_s=10"]
+    done = repro("sweep", *args, "--executor", "slurm", "--no-wait", timeout=120)
+    assert done.returncode == 0, done.stderr
+    run = out / "node"
+    first_point = run / "points" / "p001-n0001-r0" / "point.json"
+    _wait_for(first_point, None, 900)
+    job_id = read_record(record_path(out, "node")).job.job_id
+    p1 = json.loads(first_point.read_text())
+    # The node fails under the running job: Slurm kills it and, as batch jobs are requeued by
+    # default (JobRequeue=1), runs the same job again once a node is back.
+    _scontrol_node("DOWN", "repro-node-failure-test")
+    try:
+        deadline = time.monotonic() + 120
+        while _job_field(job_id, "Restarts") in ("", "0") and time.monotonic() < deadline:
+            time.sleep(1)
+        assert _job_field(job_id, "Restarts") == "1"
+        assert _job_field(job_id, "JobState") == "PENDING"
+    finally:  # slurm-local's ReturnToService=2 has usually brought the node back already
+        _scontrol_node("RESUME", check=False)
+    deadline = time.monotonic() + 1200
+    while read_manifest(run).status != "complete" and time.monotonic() < deadline:
+        time.sleep(3)
+    line = line_of(runs_list(out), "node")  # collects the job once it has ended
+    final = load_run(run)
+    assert final.manifest.status == "complete", final.manifest.notes
+    assert [p.point_id for p in final.points] == ["p001-n0001-r0", "p002-n0002-r0", "p004-n0004-r0"]
+    assert all(p.valid for p in final.points)
+    again = json.loads(first_point.read_text())
+    assert again["started_at"] == p1["started_at"]  # resumed: the finished point was kept
+    (note,) = [n for n in final.manifest.notes if "requeued by Slurm" in n]
+    assert f"slurm job {job_id} requeued by Slurm (restart 1;" in note
+    assert final.manifest.job.job_id == job_id and final.manifest.job.state == "COMPLETED"
+    assert " complete " in line
