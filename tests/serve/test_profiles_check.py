@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from harness.errors import ConfigError
-from harness.serve.builds import get_build, load_builds, serve_table
+from harness.serve.builds import get_build, load_builds
 from harness.serve.profiles import load_profile
 from harness.serve.validate import all_profile_names, check_profiles, run_probe
 
