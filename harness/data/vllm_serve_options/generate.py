@@ -65,8 +65,8 @@ HOW = {
 # JSON options parsed with json.loads but turned into a config class later (EngineArgs).
 LATE_CLASSES = {"speculative-config": ("vllm.config.speculative", "SpeculativeConfig")}
 WHEEL_NAME = re.compile(r"vllm-(?P<version>[^-]+)-[^-]+-[^-]+-[^-]+\.whl")
-# Compiled extensions stay in the wheel: their CUDA libraries cannot load here, and leaving
-# them out makes vLLM take its documented "no _C" path instead of failing half-way.
+# Compiled extensions stay in the wheel: they are CUDA builds against another torch, so none of
+# the wheel's machine code runs here; the serve parser path does not need them (it builds without).
 COMPILED = re.compile(r"\.so(\.\d+)*$")
 
 
