@@ -338,7 +338,7 @@ def _remove_stale_stages(name: str) -> None:
 
 
 def serve_table(build: Build) -> OptionTable:
-    """The option table of the build's release (generated, or explicitly assumed)."""
+    """The option table of the build's release (generated from that release's own parser)."""
     try:
         return option_table(build.serve_options)
     except ConfigError as exc:

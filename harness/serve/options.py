@@ -1,9 +1,10 @@
 """`vllm serve` option tables per vLLM release (harness/data/vllm_serve_options/<version>.yaml).
 
-A table is either `provenance: generated` (written by generate.py from that release's own
-argparser and config classes) or `provenance: assumed` (no parser of that release was available
-to generate it: it names the generated table it reuses, `assumed_from`, and why). Validation
-against an assumed table is reported as such, never silently as that release's.
+Every table is `provenance: generated`: written by generate.py from that release's own `vllm serve`
+argparser and config classes, either on an installed build (0.32.0, the CPU build) or on the
+release's PyPI wheel run over the CPU build's python (0.30.0, 0.33.0). Its `generated_from` block
+says which (method, wheel and sha256, python); a table without it is refused, so no table that
+was not produced by its release's parser can be shipped again.
 
 `json_schemas` give, for JSON options backed by a vLLM config class, the class's keys (nested
 config classes one level deep) and `extra: forbid|allow`, so a wrong key inside a JSON option is
@@ -22,62 +23,65 @@ import yaml
 from harness.errors import ConfigError
 
 TABLE_DIR = ("data", "vllm_serve_options")
+METHODS = ("installed-build", "wheel-shadow")
 
 
 @dataclass(frozen=True)
 class OptionTable:
     version: str
-    provenance: str  # generated | assumed
+    provenance: str  # generated (the only kind shipped)
     options: dict[str, dict]
     schemas: dict[str, dict] = field(default_factory=dict)
-    assumed_from: str | None = None
-    note: str = ""
+    generated_from: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
-        if self.provenance == "generated":
-            return f"vLLM {self.version} table (generated from its parser)"
-        return f"vLLM {self.version} table ASSUMED from {self.assumed_from} ({self.note})"
+        how = self.generated_from.get("method")
+        where = f"wheel {self.generated_from.get('wheel')}" if how == "wheel-shadow" else how
+        return f"vLLM {self.version} table (generated from its own parser, {where})"
 
 
-def _read(version: str) -> dict[str, Any]:
+def _read(version: str) -> tuple[dict[str, Any], str]:
     ref = resources.files("harness").joinpath(*TABLE_DIR, f"{version}.yaml")
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         data = yaml.load(ref.read_text(), Loader=loader)
     except OSError as exc:
         raise ConfigError(f"no vLLM option table {version!r} ({ref}): {exc}") from exc
-    if not isinstance(data, dict) or data.get("provenance") not in ("generated", "assumed"):
-        raise ConfigError(f"{ref}: provenance: must be `generated` or `assumed`")
-    return data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{ref}: not a mapping")
+    return data, str(ref)
 
 
 @functools.lru_cache(maxsize=8)
 def option_table(version: str) -> OptionTable:
-    data = _read(version)
-    if data["provenance"] == "generated":
-        return OptionTable(
-            version=str(data["vllm_version"]),
-            provenance="generated",
-            options=dict(data["options"]),
-            schemas=dict(data.get("json_schemas") or {}),
+    data, ref = _read(version)
+    return table_from(data, ref, version)
+
+
+def table_from(data: dict[str, Any], ref: str, version: str) -> OptionTable:
+    """The table of release `version` read from `ref`, refused unless its parser generated it."""
+    if data.get("provenance") != "generated":
+        got = data.get("provenance")
+        raise ConfigError(f"{ref}: provenance: {got!r}: must be `generated` (by generate.py)")
+    source = data.get("generated_from")
+    if not isinstance(source, dict) or source.get("method") not in METHODS:
+        raise ConfigError(
+            f"{ref}: generated_from.method: must be one of {', '.join(METHODS)} "
+            "(regenerate the table with generate.py)"
         )
-    base_name = data.get("assumed_from")
-    note = str(data.get("note") or "").strip()
-    if not base_name or not note:
-        raise ConfigError(f"option table {version}: an assumed table needs assumed_from and note")
-    base = option_table(str(base_name))
-    if base.provenance != "generated":
-        raise ConfigError(f"option table {version}: assumed_from {base_name} is not generated")
-    schemas = dict(base.schemas)
-    schemas.update(data.get("json_schemas") or {})
+    if source["method"] == "wheel-shadow" and not source.get("wheel_sha256"):
+        raise ConfigError(f"{ref}: generated_from.wheel_sha256: missing for a wheel-made table")
+    if str(data.get("vllm_version")) != version:
+        raise ConfigError(f"{ref}: vllm_version: {data.get('vllm_version')!r}, not {version}")
+    if not isinstance(data.get("options"), dict) or not data["options"]:
+        raise ConfigError(f"{ref}: options: missing or empty")
     return OptionTable(
-        version=str(data["vllm_version"]),
-        provenance="assumed",
-        options=dict(base.options),
-        schemas=schemas,
-        assumed_from=base.version,
-        note=note,
+        version=version,
+        provenance="generated",
+        options=dict(data["options"]),
+        schemas=dict(data.get("json_schemas") or {}),
+        generated_from=dict(source),
     )
 
 

@@ -2,8 +2,8 @@
 
 Per profile, in order of strength:
 1. the harness table check (option names/kinds + keys inside JSON options), against the
-   build's release table, which is `generated` from that release's parser or explicitly
-   `assumed` (reported as such);
+   build's release table, generated from that release's own parser (on an installed build, or
+   on its PyPI wheel: harness/data/vllm_serve_options/generate.py);
 2. where a build of the same upstream release is installed here (the CPU 0.32.0 build), that
    vLLM's own argparser, `validate_parsed_serve_args` and config classes, in a subprocess of
    its venv (harness/serve/vllm_probe.py; no model load, no network);
@@ -114,18 +114,7 @@ def run_probe(env: BuildEnv, argvs: Sequence[Sequence[str]]) -> list[dict]:
 def _static_checks(profile: Profile, build: Build) -> list[Check]:
     table = serve_table(build)
     checks = [Check("table", "ok", f"names, kinds and JSON keys vs {table.label}")]
-    if table.provenance == "assumed":
-        checks.append(
-            Check(
-                "table-provenance",
-                "warn",
-                f"build {build.name} (vLLM {build.vllm_version}) is checked against an assumed "
-                f"table: {table.note}",
-                f"regenerate harness/data/vllm_serve_options/{table.version}.yaml with the "
-                f"{build.name} build's python (generate.py)",
-            )
-        )
-    elif build.kind in ("commit-wheel", "nightly") and not build.vllm_version:
+    if build.kind in ("commit-wheel", "nightly") and not build.vllm_version:
         checks.append(
             Check(
                 "table-provenance",

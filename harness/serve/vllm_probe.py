@@ -40,6 +40,15 @@ def _parser() -> Any:
 
 
 def _validate_serve_args(args: argparse.Namespace) -> None:
+    """What `vllm serve` runs after parsing (its module moves between releases; 0.33.0:
+    vllm.entrypoints.common.cli_args), so ask the serve subcommand itself first."""
+    try:
+        from vllm.entrypoints.cli.serve import ServeSubcommand
+    except ImportError:
+        ServeSubcommand = None
+    if ServeSubcommand is not None and hasattr(ServeSubcommand, "validate"):
+        ServeSubcommand().validate(args)
+        return
     try:
         from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
     except ImportError:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from harness.errors import ConfigError
-from harness.serve.builds import get_build, load_builds, serve_table
+from harness.serve.builds import get_build, load_builds
 from harness.serve.profiles import load_profile
 from harness.serve.validate import all_profile_names, check_profiles, run_probe
 
@@ -78,26 +78,6 @@ def test_the_real_vllm_rejects_a_wrong_key_inside_json_options(cpu_build) -> Non
     assert not wrong_attention["ok"] and "host_pool_gib" in wrong_attention["errors"][0]
     assert not wrong_connector["ok"] and "requires host_pool_gib" in wrong_connector["errors"][0]
     assert not wrong_spec["ok"] and "num_speculative_tokenz" in wrong_spec["errors"][0]
-
-
-def test_releases_use_their_own_table_and_assumed_tables_say_so() -> None:
-    for name, build in load_builds().items():
-        if build.vllm_version:
-            assert serve_table(build).version == build.vllm_version, name
-    for name in ("vllm-0.30.0", "vllm-0.33.0"):
-        table = serve_table(get_build(name))
-        assert table.provenance == "assumed" and table.assumed_from == "0.32.0"
-        assert "ASSUMED" in table.label
-    assert serve_table(get_build("vllm-0.32.0")).provenance == "generated"
-
-
-def test_an_assumed_table_is_a_warning_in_the_check(tmp_path: Path) -> None:
-    path = tmp_path / "on033.yaml"
-    path.write_text(yaml.safe_dump({"extends": "upstream-hisparse384", "build": "vllm-0.33.0"}))
-    (report,) = check_profiles([str(path)], real=True)  # no 0.33.0 build installed here
-    status = {c.name: c.status for c in report.checks}
-    assert not report.failed
-    assert status["table-provenance"] == "warn" and status["vllm-parser"] == "skip"
 
 
 def test_upstream_builds_cannot_carry_a_fork_surface(tmp_path: Path) -> None:
