@@ -77,6 +77,12 @@ def register(group: click.Group) -> None:
     "--allow-incoherent",
     help="Count the points even when the profile's coherence check fails (recorded in the run).",
 )
+@text_option(
+    "--coherence-against",
+    metavar="RUN_DIR|PROFILE",
+    help="Judge the arm's outputs against this run's coherence replies (or this arm's recorded "
+    "ones) instead of the profile's coherence.reference (recorded in the run).",
+)
 @click.option(
     "--engine",
     type=click.Choice(["vllm", "sim"]),
@@ -118,6 +124,7 @@ def sweep(
     only_points: str | None,
     port: int | None,
     allow_incoherent: bool,
+    coherence_against: str | None,
     engine: str,
     time_scale: float | None,
     sim_args: tuple[str, ...],
@@ -133,7 +140,8 @@ def sweep(
     \b
     Examples:
       repro sweep --profile cpu-tiny-mtp
-      repro sweep --profile hisparse384 --dry-run
+      repro sweep --profile hisparse384 --dry-run --allow-incoherent
+      repro sweep --profile hisparse384 --coherence-against results/offload512-20261201-0100
       repro sweep --profile cpu-tiny --set serve.num-gpu-blocks-override=16 --repeats 3
       repro sweep --profile cpu-tiny --url http://127.0.0.1:8000 --points c1,c8
       repro sweep --resume results/cpu-tiny-20260101-000000
@@ -144,9 +152,10 @@ def sweep(
         raise click.UsageError("Missing option '--profile' (or --resume RUN_DIR to continue a run)")
     if url and port:
         raise click.UsageError("--port applies to a launched server; --url already names one")
-    if resume is not None and (overrides or dataset or url or run_id):
+    if resume is not None and (overrides or dataset or url or run_id or coherence_against):
         raise click.UsageError(
-            "--resume takes its settings from the run; drop --set, --dataset, --url and --run-id"
+            "--resume takes its settings from the run; drop --set, --dataset, --url, --run-id "
+            "and --coherence-against"
         )
     request = SweepRequest(
         profile=profile,
@@ -162,6 +171,7 @@ def sweep(
         only_points=[only_points] if only_points else None,
         port=port,
         allow_incoherent=allow_incoherent,
+        coherence_against=coherence_against,
         engine=engine,
         time_scale=time_scale,
         sim_args=sim_args,

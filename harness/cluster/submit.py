@@ -28,6 +28,7 @@ from harness.cluster.records import (
     write_record,
 )
 from harness.cluster.slurm import SlurmError, require_slurm
+from harness.coherence.references import coherence_preflight
 from harness.errors import ReproError, RunError
 from harness.results import read_manifest
 from harness.run.sweep import SweepRequest, resolve
@@ -88,6 +89,8 @@ def _sweep_argv(request: SweepRequest, run_id: str, out: Path, report: bool) -> 
         argv += [f"--sim-arg={arg}" for arg in request.sim_args]
     if request.allow_incoherent:
         argv.append("--allow-incoherent")
+    if request.coherence_against:
+        argv += ["--coherence-against", _absolute(request.coherence_against)]
     if request.fail_fast:
         argv.append("--fail-fast")
     if request.repeats > 1:
@@ -133,6 +136,8 @@ def prepare(request: SweepRequest, options: SlurmOptions, *, report: bool) -> Pr
                 )
         else:
             run_id = _free_run_id(out, target.run_dir.name)
+    # a missing coherence reference fails here, not on the node after a queue wait
+    coherence_preflight(target.profile, request, target.manifest, target.engine, lambda _: None)
     argv = _sweep_argv(request, run_id, out, report)
     gres = options.gres_for(int(target.profile.gpus))
     return Prepared(request, run_id, out / run_id, target.profile, argv, gres)
