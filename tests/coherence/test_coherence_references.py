@@ -15,6 +15,7 @@ from harness.coherence.probes import REFERENCES_DIR, load_probe_set
 from harness.coherence.references import MissingReference, coherence_preflight
 from harness.coherence.store import ReplySet, reference_path, write_replies
 from harness.errors import ConfigError
+from harness.results import RunManifest
 from harness.run.sweep import SweepRequest
 from harness.serve.profiles import load_profile
 
@@ -30,6 +31,22 @@ GLM_ARMS = {
     "upstream-hisparse384-nomtp": "upstream-offload512-nomtp",
     "upstream-offload512": "upstream-offload512-nomtp",
     "upstream-offload512-nomtp": None,
+}
+# the smallest valid run manifest (what a resumed run brings)
+MANIFEST = {
+    "run_id": "r",
+    "status": "partial",
+    "created_at": 0.0,
+    "harness_version": "0",
+    "engine": "url",
+    "base_url": "http://x",
+    "profile_name": "cpu-tiny-mtp",
+    "profile": {},
+    "gpus": 1,
+    "dataset": {},
+    "workload_key": "k",
+    "client": {},
+    "sweep": {},
 }
 
 
@@ -150,12 +167,12 @@ def test_coherence_against_a_run_without_replies_is_the_same_error(
 
 def test_coherence_against_an_arm_uses_its_recorded_replies(monkeypatch, capsys) -> None:
     # cpu-tiny-mtp-nomtp is recorded in the repository; the MTP arm may name it explicitly
-    code, out, err = repro(
+    code, _, err = repro(
         monkeypatch, capsys, "sweep", "--profile", "hisparse384", "--dry-run",
         "--coherence-against", "offload512-nomtp",
     )  # fmt: skip
     assert code == 2 and "coherence reference offload512-nomtp has no recorded replies" in err
-    code, out, err = repro(
+    code, _, err = repro(
         monkeypatch, capsys, "sweep", "--profile", "cpu-tiny-mtp", "--dry-run",
         "--coherence-against", "cpu-tiny-mtp-nomtp", "--dataset", "nonexistent-recipe",
     )  # fmt: skip
@@ -184,13 +201,10 @@ def test_against_needs_a_coherence_block_and_resume_keeps_the_override(tmp_path:
     run = tmp_path / "ref-run"
     write_run_replies(run, "cpu-tiny-mtp-nomtp", "tiny-v1")
 
-    class Resumed:  # a resumed run's manifest: its override is the one used again
-        coherence_against = str(run)
-        notes: list[str] = []
-
-    pre = coherence_preflight(load_profile("cpu-tiny-mtp"), SweepRequest(), Resumed())
+    # a resumed run's manifest: its override is the one used again
+    manifest = RunManifest.model_validate({**MANIFEST, "coherence_against": str(run)})
+    pre = coherence_preflight(load_profile("cpu-tiny-mtp"), SweepRequest(), manifest)
     assert pre.against == str(run) and pre.plan.reference_file == run / "coherence/replies.json"
-    manifest = Resumed()
     pre.record_in(manifest)
     pre.record_in(manifest)  # a resume records the note once
     assert manifest.notes == [f"coherence: judged against {run} (--coherence-against)"]
