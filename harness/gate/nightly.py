@@ -1,7 +1,9 @@
 """The nightly loop: build -> sweep each arm -> verdict against history -> confirm suspicious
 points by one rerun -> claims -> dashboard + markdown summary -> append to history.
 
-Per arm (profile):
+Arms run in the order of ``harness.gate.order``: an arm whose coherence reference has no
+recorded replies runs after that reference arm and is judged against its run of the night
+(``--coherence-against``); the summary notes each arm's reference. Per arm (profile):
 
 1. sweep it with the nightly build (``harness.run.sweep.run_sweep``) into ``OUT/nightly-STAMP-ARM``;
 2. compare with the median of the last N accepted runs of the same history key
