@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from support.gate_runs import write_run
 
-from harness.errors import ConfigError
+from harness.cluster import submit
+from harness.errors import ConfigError, ReproError
 from harness.gate import nightly
 from harness.gate.order import order_arms
 from harness.run.sweep import SweepRequest
@@ -123,3 +124,36 @@ def test_the_nightly_refuses_before_the_build(tmp_path: Path, monkeypatch) -> No
     monkeypatch.setattr(nightly, "resolve_build", no_build)
     with pytest.raises(ConfigError, match="nightly arm upstream-hisparse384: its coherence"):
         nightly.run_nightly(["upstream-hisparse384"], "vllm-0.32.0", out=tmp_path)
+
+
+def test_slurm_arms_are_submitted_level_by_level(tmp_path: Path, monkeypatch) -> None:
+    """With --executor slurm the arms are jobs: a level waits for the one before it, and an arm
+    whose reference arm failed is not submitted at all."""
+    waves: list[list[tuple[str, str | None]]] = []
+
+    def fake_jobs(requests, options, echo):
+        waves.append([(r.profile, r.coherence_against) for r in requests])
+        return [
+            ReproError("sbatch: node lost")
+            if r.profile == "upstream-offload512"
+            else Path(r.out) / r.run_id
+            for r in requests
+        ]
+
+    monkeypatch.setattr(submit, "run_as_jobs", fake_jobs)
+    order = order_arms(UPSTREAM)
+    against = {e.arm: f"{tmp_path}/nightly-s-{e.after}" for e in order if e.after}
+    _, outcomes = nightly._sweep_arms_as_jobs(
+        order, "vllm-0.32.0", [], tmp_path, "s", None, print, against
+    )
+    nomtp = f"{tmp_path}/nightly-s-upstream-offload512-nomtp"
+    assert waves == [
+        [("upstream-offload512-nomtp", None)],
+        [("upstream-offload512", nomtp), ("upstream-hisparse384-nomtp", nomtp)],
+    ]  # level 2 (upstream-hisparse384) was never submitted: its reference arm failed
+    assert str(outcomes["upstream-hisparse384"]) == (
+        "not run: reference arm upstream-offload512: sbatch: node lost"
+    )
+    assert (
+        outcomes["upstream-hisparse384-nomtp"] == tmp_path / "nightly-s-upstream-hisparse384-nomtp"
+    )
