@@ -338,6 +338,7 @@ class RunManifest(_Record):
     planned_points: list[str] = Field(default_factory=list)
     repeats: int = 1
     coherence: CoherenceRecord | None = None
+    coherence_against: str | None = None  # --coherence-against: instead of the profile's reference
     # the server exited before it was ready: stage, exit_code, reason (its own error line, e.g.
     # vLLM's "To serve at least one request with the model's max seq len ...")
     start_failure: dict[str, Any] | None = None

@@ -333,6 +333,8 @@ def nightly_cmd(
 ) -> None:
     """Build -> sweep each arm -> verdict vs history (suspicious points rerun once) -> claims
     -> dashboard + summary -> history. Exit 2 on errors, 1 on a regression or failed claim.
+    An arm whose coherence reference has no recorded replies runs after that reference arm
+    (which must then be among --profiles) and is judged against its run of the night.
 
     With --engine sim: simulate each GLM arm, compare every point value exactly with the
     arm's last accepted entry (a file in the repository), check the claims; exit 1 when a

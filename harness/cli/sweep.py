@@ -78,6 +78,12 @@ def register(group: click.Group) -> None:
     "--allow-incoherent",
     help="Count the points even when the profile's coherence check fails (recorded in the run).",
 )
+@text_option(
+    "--coherence-against",
+    metavar="RUN_DIR|PROFILE",
+    help="Judge the arm's outputs against this run's coherence replies (or this arm's recorded "
+    "ones) instead of the profile's coherence.reference (recorded in the run).",
+)
 @click.option(
     "--engine",
     type=click.Choice(["vllm", "sim"]),
@@ -113,7 +119,8 @@ def sweep(no_report: bool, executor: str, no_wait: bool, **options: Any) -> None
     \b
     Examples:
       repro sweep --profile cpu-tiny-mtp
-      repro sweep --profile hisparse384 --dry-run
+      repro sweep --profile hisparse384 --dry-run --allow-incoherent
+      repro sweep --profile hisparse384 --coherence-against results/offload512-20261201-0100
       repro sweep --profile cpu-tiny --set serve.num-gpu-blocks-override=16 --repeats 3
       repro sweep --profile cpu-tiny --url http://127.0.0.1:8000 --points c1,c8
       repro sweep --resume results/cpu-tiny-20260101-000000
@@ -129,10 +136,11 @@ def sweep(no_report: bool, executor: str, no_wait: bool, **options: Any) -> None
     if given["url"] and given["port"]:
         raise click.UsageError("--port applies to a launched server; --url already names one")
     if given["resume"] is not None and any(
-        given[k] for k in ("overrides", "dataset", "url", "run_id")
+        given[k] for k in ("overrides", "dataset", "url", "run_id", "coherence_against")
     ):
         raise click.UsageError(
-            "--resume takes its settings from the run; drop --set, --dataset, --url and --run-id"
+            "--resume takes its settings from the run; drop --set, --dataset, --url, --run-id "
+            "and --coherence-against"
         )
     given["only_points"] = [given["only_points"]] if given["only_points"] else None
     request = SweepRequest(**given)

@@ -28,6 +28,7 @@ from harness.cluster.records import (
     write_record,
 )
 from harness.cluster.slurm import SlurmError, require_slurm
+from harness.coherence.references import coherence_preflight
 from harness.errors import ReproError, RunError
 from harness.results import read_manifest
 from harness.run.sweep import SweepRequest, resolve
@@ -87,6 +88,8 @@ def _sweep_argv(request: SweepRequest, run_id: str, out: Path, report: bool) -> 
         if request.time_scale is not None:
             argv += ["--time-scale", repr(request.time_scale)]
         argv += [f"--sim-arg={arg}" for arg in request.sim_args]
+        if request.coherence_against:  # a resumed run keeps the one it recorded
+            argv += ["--coherence-against", _absolute(request.coherence_against)]
     if request.allow_incoherent:
         argv.append("--allow-incoherent")
     if request.fail_fast:
@@ -134,6 +137,8 @@ def prepare(request: SweepRequest, options: SlurmOptions, *, report: bool) -> Pr
                 )
         else:
             run_id = _free_run_id(out, target.run_dir.name)
+    # a missing coherence reference fails here, not on the node after a queue wait
+    coherence_preflight(target.profile, request, target.manifest, target.engine, lambda _: None)
     argv = _sweep_argv(request, run_id, out, report)
     # --resume takes profile, overrides, dataset and URL from the run itself.
     resume_argv = _sweep_argv(replace(request, resume=out / run_id), run_id, out, report)

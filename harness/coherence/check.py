@@ -263,16 +263,20 @@ def check_for_sweep(
     *,
     allow_incoherent: bool,
     run_dir: Path | None = None,
+    against: str | None = None,
 ) -> CoherenceRecord | None:
     """The sweep's hook, right after readiness and before the first point.
 
     None when the profile has no coherence: block. Otherwise the record for the manifest; when
     `record.invalidates_points`, every point of the arm is invalid with reason
     f"coherence: {record.reason}". Never raises for a bad server: that is an "unjudged" record.
+    against: a run directory or arm instead of the profile's reference (--coherence-against).
     """
     if profile.coherence is None:
         return None
-    return run_check(profile, base_url, out_dir=run_dir, allow_incoherent=allow_incoherent)
+    return run_check(
+        profile, base_url, against=against, out_dir=run_dir, allow_incoherent=allow_incoherent
+    )
 
 
 def point_invalid_reason(record: CoherenceRecord | None) -> str | None:

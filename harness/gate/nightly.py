@@ -1,7 +1,9 @@
 """The nightly loop: build -> sweep each arm -> verdict against history -> confirm suspicious
 points by one rerun -> claims -> dashboard + markdown summary -> append to history.
 
-Per arm (profile):
+Arms run in the order of ``harness.gate.order``: an arm whose coherence reference has no
+recorded replies runs after that reference arm and is judged against its run of the night
+(``--coherence-against``); the summary notes each arm's reference. Per arm (profile):
 
 1. sweep it with the nightly build (``harness.run.sweep.run_sweep``) into ``OUT/nightly-STAMP-ARM``;
 2. compare with the median of the last N accepted runs of the same history key
@@ -37,6 +39,7 @@ from harness.cluster.options import SlurmOptions
 from harness.errors import ReproError
 from harness.gate.claims import ClaimResult, claims_exit_code, render_claims, run_claims
 from harness.gate.history import History, history_key
+from harness.gate.order import ArmOrder, order_arms, reference_note
 from harness.gate.policy import choose_policy
 from harness.gate.regress import (
     IncomparableError,
@@ -206,6 +209,10 @@ def run_nightly(
     out_dir = Path(out) if out else results_dir()
     for name in profiles:  # fail on a typo before a build that may take an hour
         load_profile(name, overrides)
+    # ... or on a coherence reference with nothing recorded: its arm runs first, or it is an error
+    order = order_arms(profiles, overrides)
+    run_dirs = {e.arm: out_dir / f"nightly-{stamp}-{e.arm}" for e in order}
+    against = {e.arm: str(run_dirs[e.after]) for e in order if e.after is not None}
     history = History.open(history_path)
     build_name, provenance = resolve_build(build, echo)
     echo(f"nightly {stamp}: build {build} -> {build_name}; history {history.path}")
@@ -214,18 +221,25 @@ def run_nightly(
     jobs: dict[str, Path | ReproError] = {}
     if slurm is not None:
         sweep, jobs = _sweep_arms_as_jobs(
-            profiles, build_name, overrides, out_dir, stamp, slurm, echo
+            order, build_name, overrides, out_dir, stamp, slurm, echo, against
         )
 
-    for name in profiles:
-        arm = ArmResult(profile=name)
+    for entry in order:
+        name = entry.arm
+        arm = ArmResult(profile=name, notes=[reference_note(entry, run_dirs)])
         result.arms.append(arm)
         try:
             arm_sets = _arm_overrides(name, build_name, overrides)
-            arm.run_dir = out_dir / f"nightly-{stamp}-{name}"
+            arm.run_dir = run_dirs[name]
             if slurm is None:
                 run_sweep(
-                    SweepRequest(name, overrides=arm_sets, out=out_dir, run_id=arm.run_dir.name),
+                    SweepRequest(
+                        name,
+                        overrides=arm_sets,
+                        out=out_dir,
+                        run_id=arm.run_dir.name,
+                        coherence_against=against.get(name),
+                    ),
                     echo=echo,
                 )
             elif isinstance(jobs[name], ReproError):
@@ -239,6 +253,7 @@ def run_nightly(
                         out=out_dir,
                         run_id=f"nightly-{stamp}-{name}-rerun",
                         only_points=labels,
+                        coherence_against=against.get(name),
                     ),
                     echo=echo,
                 )
@@ -280,34 +295,46 @@ def publish_summary(path: Path, text: str, record: dict[str, Any]) -> None:
 
 
 def _sweep_arms_as_jobs(
-    profiles: Sequence[str],
+    order: Sequence[ArmOrder],
     build: str,
     overrides: Sequence[str],
     out_dir: Path,
     stamp: str,
     slurm: SlurmOptions,
     echo: Echo,
+    against: dict[str, str],
 ) -> tuple[Callable[..., Path], dict[str, Path | ReproError]]:
-    """Submit every arm, wait for all; per arm its run or its error; and a one-job sweep for
+    """Submit the arms level by level (an arm judged against a reference arm's run of tonight
+    waits for it), wait for each level; per arm its run or its error; and a one-job sweep for
     the reruns."""
     from harness.cluster.submit import run_as_jobs
     from harness.run.sweep import SweepRequest
 
-    requests, outcomes = {}, {}
-    for name in profiles:
+    outcomes: dict[str, Path | ReproError] = {}
+    for level in sorted({e.level for e in order}):
+        requests = {}
+        for entry in (e for e in order if e.level == level):
+            name, failed = entry.arm, outcomes.get(entry.after or "")
+            if isinstance(failed, ReproError):  # no replies to judge it against: not submitted
+                outcomes[name] = ReproError(f"not run: reference arm {entry.after}: {failed}")
+                continue
+            try:
+                sets = _arm_overrides(name, build, overrides)
+            except ReproError as exc:
+                outcomes[name] = exc
+                continue
+            requests[name] = SweepRequest(
+                name,
+                overrides=sets,
+                out=out_dir,
+                run_id=f"nightly-{stamp}-{name}",
+                coherence_against=against.get(name),
+            )
         try:
-            sets = _arm_overrides(name, build, overrides)
-        except ReproError as exc:
-            outcomes[name] = exc
-            continue
-        requests[name] = SweepRequest(
-            name, overrides=sets, out=out_dir, run_id=f"nightly-{stamp}-{name}"
-        )
-    try:
-        done = run_as_jobs(list(requests.values()), slurm, echo=echo) if requests else []
-    except ReproError as exc:  # nothing was submitted (e.g. sbatch refused): every arm fails
-        done = [exc] * len(requests)
-    outcomes.update(zip(requests, done, strict=True))
+            done = run_as_jobs(list(requests.values()), slurm, echo=echo) if requests else []
+        except ReproError as exc:  # nothing was submitted (e.g. sbatch refused): every arm fails
+            done = [exc] * len(requests)
+        outcomes.update(zip(requests, done, strict=True))
 
     def one_job(request: SweepRequest, echo: Echo = echo) -> Path:
         (result,) = run_as_jobs([request], slurm, echo=echo)

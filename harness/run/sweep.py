@@ -32,7 +32,8 @@ from harness.client.evalscope import (
     client_version,
     evalscope_executable,
 )
-from harness.coherence import check_for_sweep, plan_check, point_invalid_reason
+from harness.coherence import check_for_sweep, point_invalid_reason
+from harness.coherence.references import coherence_preflight
 from harness.errors import ConfigError, ReproError, RunError, ServerError, ServerStartFailed
 from harness.identity import configuration_key
 from harness.paths import results_dir
@@ -85,6 +86,7 @@ class SweepRequest:
     only_points: Sequence[str] | None = None
     port: int | None = None
     allow_incoherent: bool = False  # count the points even when the coherence check fails
+    coherence_against: str | None = None  # a run dir or an arm, instead of the profile's reference
     engine: str = "vllm"  # vllm | sim (the simulated engine over HTTP)
     time_scale: float | None = None  # engine sim: virtual time K x faster than the wall clock
     sim_args: Sequence[str] = ()  # engine sim: extra `repro sim serve` arguments (faults, ...)
@@ -399,6 +401,7 @@ def check_coherence(sweep: Sweep, server: Server, echo: Echo) -> None:
         server.base_url,
         allow_incoherent=sweep.allow_incoherent,
         run_dir=sweep.target.run_dir,
+        against=sweep.manifest.coherence_against,
     )
     if record is None:
         return
@@ -549,13 +552,10 @@ def _dry_run(target: Target, ds: DatasetFacts, planned: list[PlannedPoint], echo
 
 
 def run_sweep(request: SweepRequest, *, echo: Echo = click.echo) -> Path:
-    """Run (or plan, or resume) a sweep; returns the run directory.
-
-    `request.port` (engine vllm only) overrides the profile's port for this run; it does not
-    enter the configuration key.
-    """
+    """Run (or plan, or resume) a sweep; returns the run directory. `request.port` (engine vllm
+    only) overrides the profile's port for this run; it does not enter the configuration key."""
     target = resolve(request)
-    coherence = plan_check(target.profile) if target.profile.coherence else None
+    coherence = coherence_preflight(target.profile, request, target.manifest, target.engine, echo)
     if not request.dry_run:
         check_before_run(target.profile, url=target.url, port=target.port, engine=target.engine)
         # the machine against the profile (RAM for pinned pools, disk, build, hub): one line per
@@ -585,11 +585,12 @@ def run_sweep(request: SweepRequest, *, echo: Echo = click.echo) -> Path:
         wanted = set(target.manifest.planned_points)
         planned = [p for p in planned if p.point_id in wanted] or planned
     if request.dry_run:
-        for line in coherence.lines() if coherence else []:
+        for line in coherence.lines():
             echo(f"coherence: {line}")
         return _dry_run(target, ds, planned, echo)
     sweep = open_run(target, ds, planned, echo)
     sweep.allow_incoherent = request.allow_incoherent
+    coherence.record_in(sweep.manifest)
     _drive(sweep, request.fail_fast, echo)
     all_points = list(finished_points(sweep.layout).values())
     write_run_summary(sweep.layout, sweep.manifest.run_id, all_points, target.repeats)

@@ -1,9 +1,11 @@
 """Coherence checks against the real CPU vLLM and the tiny MLA+MTP model (issue 14).
 
 One server at a time (each start ~1-1.5 min on 2 shared cores), stopped before the next:
-the no-MTP reference arm (records the reference, also hosts the needle probe), the MTP arm
-(must agree exactly and hold acceptance 2.0), a corrupted copy of the weights (must disagree),
-and an MTP arm whose drafter is negated (must agree, yet fail its acceptance band).
+the no-MTP reference arm (records the reference, as a store and as a run's replies, also hosts
+the needle probe), the MTP arm (must agree exactly and hold acceptance 2.0, by `repro coherence`
+and by a one-point `repro sweep --coherence-against` the reference run), a corrupted copy of the
+weights (must disagree), and an MTP arm whose drafter is negated (must agree, yet fail its
+acceptance band).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from harness.coherence.client import count_tokens, served_model
 from harness.coherence.needle import plan_needle, run_needle
 from harness.coherence.probes import load_probe_set
 from harness.coherence.store import read_replies, reference_path
+from harness.results import load_run
+from harness.run.sweep import SweepRequest, run_sweep
 from harness.serve.profiles import LongContextSpec, load_profile
 from harness.serve.server import VllmServer, free_port
 
@@ -69,7 +73,13 @@ def references(launch, tmp_path_factory) -> Iterator[tuple[Path, dict]]:
     store = tmp_path_factory.mktemp("references")
     profile = load_profile(REFERENCE)
     with launch(REFERENCE) as server:
-        record = run_check(profile, server.base_url, references_dir=store, record=True)
+        record = run_check(
+            profile,
+            server.base_url,
+            references_dir=store,
+            record=True,
+            out_dir=store.parent / "reference-run",  # what a sweep of the reference arm keeps
+        )
         model, _ = served_model(server.base_url)
         spec = LongContextSpec(
             resident_tokens=2000, context_tokens=1500, depth=0.25, overcommit=1.5, answer_tokens=8
@@ -147,7 +157,28 @@ def test_mtp_arm_agrees_exactly_and_accepts_every_draft(references, launch) -> N
             timeout=600,
             check=False,
         )
+        # a sweep judged against the reference arm's run instead of a recorded store
+        reference_run = store.parent / "reference-run"
+        swept = load_run(
+            run_sweep(
+                SweepRequest(
+                    "cpu-tiny-mtp",
+                    overrides=["sweep.points=[[1,1]]", "sweep.max_tokens=8"],
+                    url=server.base_url,
+                    out=store.parent,
+                    run_id="against-reference-run",
+                    coherence_against=str(reference_run),
+                ),
+                echo=lambda _msg: None,
+            )
+        )
     print("mtp arm:", record.reason)
+    print("mtp sweep against the reference run:", swept.manifest.coherence.reason)
+    assert swept.manifest.coherence_against == str(reference_run.resolve())
+    assert swept.manifest.coherence.verdict == "coherent", swept.manifest.coherence.reason
+    assert swept.manifest.coherence.reference == str(reference_run.resolve())
+    assert swept.manifest.coherence.checks["agreement"]["details"]["agreeing"] == 8
+    assert [p.valid for p in swept.points] == [True]
     assert record.verdict == "coherent", record.reason
     agreement = record.checks["agreement"]["details"]
     assert agreement["agreeing"] == agreement["probes"] == 8
