@@ -123,6 +123,11 @@ def k8s() -> None:
     default=None,
     help="Folder for the manifests (default: k8s/<profile>).",
 )
+@click.option(
+    "--allow-incoherent",
+    is_flag=True,
+    help="As in sweep: render (and count the points) even with no recorded coherence reference.",
+)
 def k8s_render(
     profile: str,
     image: str,
@@ -131,6 +136,7 @@ def k8s_render(
     results_claim: str,
     results_size: str,
     out: Path | None,
+    allow_incoherent: bool,
 ) -> None:
     """Write the results volume, the vLLM server pod + service (GPUs from the profile) and the
     sweep Job. Not applied: `kubectl apply -f OUT` on your cluster."""
@@ -142,6 +148,8 @@ def k8s_render(
         overrides=list(overrides),
         claim=results_claim,
         size=results_size,
+        allow_incoherent=allow_incoherent,
+        echo=click.echo,
     )
     folder = out or Path("k8s") / prof.name
     for path in write(manifests, folder):

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from harness.coherence.references import coherence_preflight
 from harness.errors import ConfigError
+from harness.run.sweep import SweepRequest
 from harness.serve.profiles import Profile, render_serve_command
 
 RESULTS_MOUNT = "/results"
@@ -89,12 +92,13 @@ def _server(profile: Profile, base: str, image: str) -> list[dict[str, Any]]:
 
 
 def _sweep_job(
-    profile: Profile, base: str, image: str, overrides: list[str], claim: str
+    profile: Profile, base: str, image: str, overrides: list[str], claim: str, extra: list[str]
 ) -> dict[str, Any]:
     url = f"http://{base}-vllm:{profile.port}"
     argv = ["repro", "sweep", "--profile", profile.name, "--url", url, "--out", RESULTS_MOUNT]
     for item in overrides:
         argv += ["--set", item]
+    argv += extra
     wait = (
         "import time, urllib.request\n"
         "for _ in range(360):\n"
@@ -160,8 +164,14 @@ def render(
     overrides: list[str] | None = None,
     claim: str = "repro-results",
     size: str = "100Gi",
+    allow_incoherent: bool = False,
+    echo: Callable[[str], None] = print,
 ) -> dict[str, list[dict[str, Any]]]:
-    """File name -> the resources it holds."""
+    """File name -> the resources it holds. The Job's sweep would refuse an arm whose coherence
+    reference has no recorded replies only after the model load: refused here instead."""
+    request = SweepRequest(profile=profile, allow_incoherent=allow_incoherent)
+    coherence_preflight(profile, request, echo=echo)
+    extra = ["--allow-incoherent"] if allow_incoherent else []
     base = k8s_name(f"repro-{profile.name}")
     claim = k8s_name(claim)
     if not re.fullmatch(r"\d+(Mi|Gi|Ti)", size):
@@ -171,7 +181,9 @@ def render(
     return {
         "results-volume.yaml": [_results_claim(claim, size)],
         "vllm-server.yaml": _server(profile, base, image),
-        "sweep-job.yaml": [_sweep_job(profile, base, harness_image, list(overrides or []), claim)],
+        "sweep-job.yaml": [
+            _sweep_job(profile, base, harness_image, list(overrides or []), claim, extra)
+        ],
     }
 
 

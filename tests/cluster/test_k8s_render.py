@@ -27,7 +27,10 @@ def render(tmp_path, *args: str) -> dict[str, dict]:
 
 
 def test_gpu_profile_renders_valid_server_job_and_volume(tmp_path):
-    docs = render(tmp_path, "--profile", "hisparse384", "--image", "vllm/vllm-openai:v0.32.0")
+    docs = render(
+        tmp_path,
+        *("--profile", "hisparse384", "--image", "vllm/vllm-openai:v0.32.0", "--allow-incoherent"),
+    )
     assert set(docs) == {"PersistentVolumeClaim", "Pod", "Service", "Job"}
     server = docs["Pod"]["spec"]["containers"][0]
     assert server["image"] == "vllm/vllm-openai:v0.32.0"
@@ -40,6 +43,7 @@ def test_gpu_profile_renders_valid_server_job_and_volume(tmp_path):
     sweep = job["containers"][0]
     url = f"http://{docs['Service']['metadata']['name']}:8000"
     assert sweep["args"][:5] == ["sweep", "--profile", "hisparse384", "--url", url]
+    assert sweep["args"][-1] == "--allow-incoherent"  # the Job's sweep counts its points too
     assert sweep["volumeMounts"] == [{"name": "results", "mountPath": "/results"}]
     claim = docs["PersistentVolumeClaim"]["metadata"]["name"]
     assert job["volumes"][0]["persistentVolumeClaim"]["claimName"] == claim
@@ -67,3 +71,19 @@ def test_bad_image_or_profile_is_an_error(tmp_path):
     assert isinstance(done.exception, ConfigError) and "--image 'a b'" in str(done.exception)
     done = CliRunner().invoke(cli, ["k8s", "render", "--profile", "no-such-profile"])
     assert done.exit_code != 0
+
+
+def test_an_arm_without_its_recorded_reference_is_refused_before_anything_is_written(tmp_path):
+    out = tmp_path / "k8s"
+    args = ["k8s", "render", "--profile", "hisparse384", "--out", str(out)]
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code != 0
+    message = str(done.exception)
+    assert "coherence reference offload512 has no recorded replies" in message
+    assert "--allow-incoherent" in message
+    assert not out.exists()
+    # the reference arm itself needs no reference: rendered, without the flag
+    docs = render(tmp_path, "--profile", "offload512-nomtp")
+    assert (
+        "--allow-incoherent" not in docs["Job"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
