@@ -25,7 +25,14 @@ from pydantic import (
     field_validator,
 )
 
-from harness.config import at_key, describe_error, read_yaml, require_mapping
+from harness.config import (
+    at_key,
+    describe_error,
+    read_yaml,
+    require_mapping,
+    safe_load,
+    yaml_problem,
+)
 from harness.errors import ConfigError
 from harness.paths import PROFILES_DIR
 from harness.serve.builds import Build, get_build, serve_json_schemas, serve_option_table
@@ -235,9 +242,11 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
     if not sep or not key.strip():
         raise ConfigError(f"override {text!r}: expected KEY=VALUE, e.g. serve.max-num-seqs=64")
     try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
+        parsed = safe_load(value) if value.strip() else ""
     except yaml.YAMLError as exc:
-        raise ConfigError(f"override {text!r}: VALUE is not valid YAML: {exc}") from exc
+        raise ConfigError(
+            f"override {text!r}: VALUE is not valid YAML ({yaml_problem(exc)})"
+        ) from None
     return key.strip().split(".", 1), parsed
 
 
