@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.options import flag, overrides_option, path_option, text_option
+from harness.cli.options import FINITE, PORT, flag, overrides_option, path_option, text_option
 
 
 def register(group: click.Group) -> None:
@@ -21,12 +21,12 @@ def sim() -> None:
 @sim.command("serve")
 @click.option("--profile", required=True, metavar="NAME", help="Serve profile to simulate.")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--port", default=8000, show_default=True, type=PORT)
 @click.option(
     "--time-scale",
     "time_scale",
     default=None,
-    type=float,
+    type=FINITE,
     metavar="K",
     help="Virtual time runs K x faster than the wall clock [default: 2].",
 )
@@ -49,31 +49,31 @@ def sim() -> None:
 @flag(
     "--reasoning-field", help="Stream the reply as delta.reasoning (vLLM with a reasoning parser)."
 )
-@click.option("--fail-rate", default=0.0, type=float, help="Fraction of requests -> HTTP 500.")
+@click.option("--fail-rate", default=0.0, type=FINITE, help="Fraction of requests -> HTTP 500.")
 @click.option(
     "--truncate-rate",
     default=0.0,
-    type=float,
+    type=FINITE,
     help="Fraction of streams cut after half their tokens.",
 )
 @click.option(
     "--metrics-hang-after",
     default=None,
-    type=float,
+    type=FINITE,
     metavar="S",
     help="/metrics stops answering S wall seconds after start.",
 )
 @click.option(
     "--die-after",
     default=None,
-    type=float,
+    type=FINITE,
     metavar="S",
     help="The process exits (code 3) S wall seconds after start.",
 )
 @click.option(
     "--faults-after",
     default=0.0,
-    type=float,
+    type=FINITE,
     metavar="S",
     help="Request faults start S wall seconds after start.",
 )
