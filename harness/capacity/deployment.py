@@ -25,8 +25,6 @@ def js_to_fixed(value: float, digits: int) -> float:
 
     Python's round() rounds half to even, which differs from the calculator on exact ties.
     """
-    if not abs(value) < 1e21:  # toFixed returns such values unrounded (Decimal would overflow)
-        return value
     quantum = Decimal(1).scaleb(-digits)
     return float(Decimal(value).quantize(quantum, rounding=ROUND_HALF_UP))
 

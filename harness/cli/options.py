@@ -16,9 +16,12 @@ PORT = click.IntRange(1, 65535)  # else a bad port is a traceback from bind() af
 
 class FiniteFloat(click.ParamType):
     """A float that is a number: nan and inf are refused (click's float takes them, and they
-    reach arithmetic that either raises or prints nonsense)."""
+    reach arithmetic that either raises or prints nonsense); optionally at most ``maximum``."""
 
     name = "FLOAT"
+
+    def __init__(self, maximum: float | None = None) -> None:
+        self.maximum = maximum
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
@@ -29,10 +32,13 @@ class FiniteFloat(click.ParamType):
             self.fail(f"{value!r} is not a number", param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.maximum is not None and number > self.maximum:
+            self.fail(f"{value!r} is more than {self.maximum:,.0f}", param, ctx)
         return number
 
 
 FINITE = FiniteFloat()
+GIB = FiniteFloat(maximum=2.0**30)  # GiB sizes: 1 EiB is beyond any machine, and far more overflows
 
 
 def path_option(*decls: str, help: str, **path: Any) -> Decorator:
