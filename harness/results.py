@@ -379,8 +379,10 @@ def atomic_write_text(path: Path, text: str) -> None:
     except OSError as exc:
         if exc.filename == str(path):
             raise
-        blocker = f" ({exc.filename})" if exc.filename else ""
-        raise OSError(exc.errno, f"cannot write: {exc.strerror}{blocker}", str(path)) from None
+        in_way = isinstance(exc, FileExistsError | NotADirectoryError)
+        why = "a file is in the way" if in_way else exc.strerror
+        blocker = f": {exc.filename}" if exc.filename else ""
+        raise OSError(exc.errno, f"cannot write ({why}{blocker})", str(path)) from None
 
 
 def check_writable(path: Path) -> None:
@@ -393,7 +395,9 @@ def check_writable(path: Path) -> None:
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}."):
             pass
     except OSError as exc:
-        raise ReproError(f"{path}: cannot write there ({exc.strerror})") from None
+        in_way = isinstance(exc, FileExistsError | NotADirectoryError)
+        why = f"a file is in the way: {exc.filename}" if in_way else exc.strerror
+        raise ReproError(f"{path}: cannot write there ({why})") from None
 
 
 def _write_replace(path: Path, text: str) -> None:

@@ -339,7 +339,7 @@ def nightly_cmd(
     value changed or an arm has no accepted entry, unless --accept records the new values.
     """
     sim_opts = {k: rest.pop(k) for k in _SIM_ONLY}
-    names = [p.strip() for p in (profiles or "").split(",") if p.strip()]
+    names = _arm_names(profiles)
     if engine == "sim":
         unused = {
             "--build": build,
@@ -351,6 +351,9 @@ def nightly_cmd(
         bad = [name for name, value in unused.items() if value]
         if bad:
             raise click.UsageError(f"{', '.join(bad)}: not used by --engine sim")
+        if sim_opts["reason"] and not sim_opts["accept"]:
+            raise click.UsageError("--reason: only with --accept (nothing is accepted without it)")
+        _check_outputs(summary_path, sim_opts["accepted"] if sim_opts["accept"] else None)
         _exit(_sim_nightly(names, claims_path, out, summary_path, no_dashboard, sim_opts))
         return
     given = [f"--{k}" for k, v in sim_opts.items() if v]
@@ -374,6 +377,27 @@ def nightly_cmd(
         slurm=options_from(executor, rest),  # --executor slurm: the arms run as Slurm jobs
     )
     _exit(result.exit_code)
+
+
+def _arm_names(profiles: str | None) -> list[str]:
+    """--profiles A,B: given but empty, or an arm twice, is a usage error (not the defaults)."""
+    names = [p.strip() for p in (profiles or "").split(",") if p.strip()]
+    if profiles is not None and not names:
+        raise click.UsageError(f"--profiles {profiles!r}: no profile name in it")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise click.UsageError(f"--profiles: {', '.join(twice)} given twice")
+    return names
+
+
+def _check_outputs(summary: Path | None, accepted: Path | None) -> None:
+    """The summary and (with --accept) the accepted history are written after every arm has
+    run: an unwritable path fails now, before the work."""
+    from harness.results import check_writable
+
+    for path in (summary, accepted):
+        if path is not None:
+            check_writable(path)
 
 
 def _sim_nightly(

@@ -163,7 +163,11 @@ def render(
 ) -> dict[str, list[dict[str, Any]]]:
     """File name -> the resources it holds."""
     base = k8s_name(f"repro-{profile.name}")
-    claim = k8s_name(claim)
+    if k8s_name(claim) != claim:  # it names a claim that may already exist: never rename it
+        raise ConfigError(
+            f"--results-claim {claim!r}: not a Kubernetes name (lowercase letters, digits, '-'; "
+            f"at most 63), e.g. {k8s_name(claim)!r}"
+        )
     if not re.fullmatch(r"\d+(Mi|Gi|Ti)", size):
         raise ConfigError(f"--results-size {size!r}: expected e.g. 100Gi")
     image = _check_image(image, "--image")
