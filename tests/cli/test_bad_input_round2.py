@@ -215,3 +215,37 @@ def test_sim_nightly_refuses_before_any_arm_runs(
     one_error_line(result, needle.format(blocker=blocker))
     assert not out.exists()
     assert blocker.read_text() == "not a folder"
+
+
+# ------------------------------------------------------------------ files read mid-run
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"\xff\xfe", "cannot read dataset"),
+        (b'[{"a":', "not valid JSON"),
+        (b"[]", "a built dataset must be a mapping of keys, got list"),
+    ],
+    ids=["not-utf8", "truncated", "a-list"],
+)
+def test_simulate_dataset_json_that_is_not_a_dataset(
+    content: bytes, expected: str, tmp_path: Path
+) -> None:
+    data = tmp_path / "d.json"
+    data.write_bytes(content)
+    out = tmp_path / "runs"
+    result = repro(
+        "simulate", "--profile", "hisparse384", "--dataset", str(data), "--out", str(out)
+    )
+    one_error_line(result, str(data), expected)
+    assert not out.exists()
+
+
+def test_recorded_replies_that_are_not_text(tmp_path: Path) -> None:
+    from harness.coherence.store import read_replies
+
+    path = tmp_path / "replies.json"
+    path.write_bytes(b"\xff\xfe")
+    with pytest.raises(ConfigError, match=r"replies\.json: cannot read recorded replies"):
+        read_replies(path)
