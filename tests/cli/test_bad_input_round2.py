@@ -249,3 +249,36 @@ def test_recorded_replies_that_are_not_text(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe")
     with pytest.raises(ConfigError, match=r"replies\.json: cannot read recorded replies"):
         read_replies(path)
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (
+            ["dataset", "build", "{recipe}", "--output-path", "{tmp}/d.json"],
+            "number: 4\nnumber: 8\n",
+        ),
+        (
+            [
+                "sweep",
+                "--profile",
+                "hisparse384",
+                "--engine",
+                "sim",
+                "--dataset",
+                "{recipe}",
+                "--dry-run",
+            ],
+            "number: 4\n\tnum_turns: 2\n",
+        ),
+    ],
+    ids=["dataset-build-key-twice", "sweep-dry-run-tab"],
+)
+def test_dataset_recipe_yaml_errors_are_one_line(
+    args: list[str], text: str, tmp_path: Path
+) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(text)
+    argv = [a.format(recipe=recipe, tmp=tmp_path) for a in args]
+    one_error_line(repro(*argv), str(recipe), "not valid YAML (line 2, column 1")
+    assert not (tmp_path / "d.json").exists()
