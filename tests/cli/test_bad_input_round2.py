@@ -282,3 +282,15 @@ def test_dataset_recipe_yaml_errors_are_one_line(
     argv = [a.format(recipe=recipe, tmp=tmp_path) for a in args]
     one_error_line(repro(*argv), str(recipe), "not valid YAML (line 2, column 1")
     assert not (tmp_path / "d.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [(b"\xff\xfe", "cannot read ("), (b"partition: a\npartition: b\n", "'partition' given twice")],
+    ids=["not-utf8", "key-twice"],
+)
+def test_slurm_config_that_is_not_yaml_text(content: bytes, expected: str, tmp_path: Path) -> None:
+    config = tmp_path / "slurm.yaml"
+    config.write_bytes(content)
+    args = ["sweep", "--profile", "cpu-tiny", "--executor", "slurm", "--slurm-config", str(config)]
+    one_error_line(repro(*args, "--dry-run"), f"--slurm-config {config}", expected)
