@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from harness.cli.options import FINITE, PORT, flag, overrides_option, path_option, text_option
+from harness.errors import ReproError
 
 
 def register(group: click.Group) -> None:
@@ -117,4 +118,10 @@ def serve_cmd(
         reasoning_field=reasoning_field,
         faults=faults,
     )
-    serve(opts, host=host, port=port, echo=click.echo)
+    try:
+        serve(opts, host=host, port=port, echo=click.echo)
+    except OSError as exc:
+        if exc.filename is not None:  # a file: harness.cli.main names it
+            raise
+        # binding: a host that does not resolve, a busy port ("Name or service not known" alone)
+        raise ReproError(f"--host {host} --port {port}: cannot serve there ({exc})") from None

@@ -294,3 +294,18 @@ def test_slurm_config_that_is_not_yaml_text(content: bytes, expected: str, tmp_p
     config.write_bytes(content)
     args = ["sweep", "--profile", "cpu-tiny", "--executor", "slurm", "--slurm-config", str(config)]
     one_error_line(repro(*args, "--dry-run"), f"--slurm-config {config}", expected)
+
+
+def test_sim_serve_host_that_does_not_resolve_or_busy_port_is_named() -> None:
+    import socket
+
+    bad = repro(
+        "sim", "serve", "--profile", "hisparse384", "--host", "999.1.1.1", "--port", "18779"
+    )
+    one_error_line(bad, "--host 999.1.1.1 --port 18779: cannot serve there")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        taken = repro("sim", "serve", "--profile", "hisparse384", "--port", port, timeout=60)
+    one_error_line(taken, f"--port {port}: cannot serve there", "address already in use")
