@@ -340,6 +340,12 @@ def nightly_cmd(
     """
     sim_opts = {k: rest.pop(k) for k in _SIM_ONLY}
     names = _arm_names(profiles)
+    if claims_path is not None:
+        from harness.gate.claims import load_claims
+
+        # a claims file given by hand that cannot be read fails now, not as a note (exit 0)
+        # after every arm has run
+        load_claims(claims_path)
     if engine == "sim":
         unused = {
             "--build": build,

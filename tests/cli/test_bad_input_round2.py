@@ -203,8 +203,9 @@ def test_coherence_against_unknown_names_the_option() -> None:
         (["--reason", "why"], "--reason: only with --accept"),
         (["--summary", "{blocker}/s.md"], "{blocker}/s.md: cannot write there"),
         (["--accept", "--reason", "t", "--accepted", "{blocker}/a.jsonl"], "{blocker}/a.jsonl"),
+        (["--profiles", "hisparse384", "--claims", "{blocker}.yaml"], "claims file not found"),
     ],
-    ids=["empty-profiles", "arm-twice", "reason-alone", "summary", "accepted"],
+    ids=["empty-profiles", "arm-twice", "reason-alone", "summary", "accepted", "claims"],
 )
 def test_sim_nightly_refuses_before_any_arm_runs(
     extra: list[str], needle: str, blocker: Path, tmp_path: Path
