@@ -400,6 +400,24 @@ def check_writable(path: Path) -> None:
         raise ReproError(f"{path}: cannot write there ({why})") from None
 
 
+_VIEWS = (".html", ".png", ".svg", ".md")  # regenerable from the records
+
+
+def check_not_run_record(path: Path, option: str) -> None:
+    """A file the user names for an output (--markdown, --summary, --json) never replaces a
+    record of an existing run (its manifest, summary, a point's JSON...): only views
+    (HTML, figures, markdown) may be rewritten inside a run directory."""
+    if path.suffix in _VIEWS or not path.exists():
+        return
+    resolved = path.resolve()
+    for parent in [resolved.parent, *resolved.parent.parents][:3]:  # RUN/points/<id>/point.json
+        if (parent / "manifest.json").is_file():
+            raise RunError(
+                f"{option} {path}: a record of run {parent}; a run's records are never "
+                "overwritten (choose another path)"
+            )
+
+
 def _write_replace(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

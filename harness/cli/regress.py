@@ -38,6 +38,14 @@ def _exit(code: int) -> None:
         sys.exit(code)
 
 
+def _guard_markdown(path: Path | None) -> None:
+    """Before judging: --markdown never lands on a run's record (e.g. RUN/manifest.json)."""
+    if path is not None:
+        from harness.results import check_not_run_record
+
+        check_not_run_record(path, "--markdown")
+
+
 def _write_markdown(path: Path | None, text: str) -> None:
     if path is not None:
         from harness.results import atomic_write_text
@@ -87,6 +95,7 @@ def regress_cmd(
     from harness.gate.judge import regress
     from harness.gate.regress import render_json, render_markdown, render_table
 
+    _guard_markdown(markdown)
     verdict = regress(
         candidate,
         baseline_dir=baseline,
@@ -136,6 +145,7 @@ def claims_check(
     """Say which claims hold for RUNS. Exit 1 if any fails, 2 if none applies."""
     from harness.gate.claims import claims_exit_code, claims_to_dict, render_claims, run_claims
 
+    _guard_markdown(markdown)
     results, notes = run_claims(runs, claims_path=claims_path, explicit=_parse_arm(arms))
     if as_json:
         click.echo(json.dumps({"notes": notes, "claims": claims_to_dict(results)}, indent=2))
@@ -367,6 +377,7 @@ def nightly_cmd(
         raise click.UsageError(f"{', '.join(given)}: only with --engine sim")
     if not names or not build:
         raise click.UsageError("--profiles and --build are required with --engine vllm")
+    _check_outputs(summary_path, None)
     from harness.gate.nightly import run_nightly
 
     result = run_nightly(
@@ -397,10 +408,13 @@ def _arm_names(profiles: str | None) -> list[str]:
 
 
 def _check_outputs(summary: Path | None, accepted: Path | None) -> None:
-    """The summary and (with --accept) the accepted history are written after every arm has
-    run: an unwritable path fails now, before the work."""
-    from harness.results import check_writable
+    """The summary (+ its .json twin) and, with --accept, the accepted history are written
+    after every arm has run: an unwritable path, or a run's record, fails now, before the work."""
+    from harness.results import check_not_run_record, check_writable
 
+    if summary is not None:
+        for path in (summary, summary.with_suffix(".json")):
+            check_not_run_record(path, "--summary")
     for path in (summary, accepted):
         if path is not None:
             check_writable(path)

@@ -310,3 +310,55 @@ def test_sim_serve_host_that_does_not_resolve_or_busy_port_is_named() -> None:
         port = str(busy.getsockname()[1])
         taken = repro("sim", "serve", "--profile", "hisparse384", "--port", port, timeout=60)
     one_error_line(taken, f"--port {port}: cannot serve there", "address already in use")
+
+
+# ------------------------------------------------------------------ a run's records
+
+
+@pytest.mark.parametrize(
+    ("args", "record"),
+    [
+        (["regress", "--candidate", "{run}", "--baseline", "{run}", "--markdown"], "manifest.json"),
+        (["claims", "check", "{run}", "--markdown"], "summary.json"),
+        (["nightly", "--engine", "sim", "--out", "{tmp}/n", "--summary"], "manifest.json"),
+        (["nightly", "--engine", "sim", "--out", "{tmp}/n", "--summary"], "summary.md"),
+        (
+            [
+                "nightly",
+                "--profiles",
+                "hisparse384",
+                "--build",
+                "cpu-0.32.0",
+                "--out",
+                "{tmp}/n",
+                "--summary",
+            ],
+            "summary.md",
+        ),
+        (
+            ["dataset", "verify", "{tmp}/d.json", "--tokenizer", "tiny:tokenizer", "--json"],
+            "summary.json",
+        ),
+    ],
+    ids=[
+        "regress-markdown",
+        "claims-markdown",
+        "sim-summary",
+        "sim-summary-json-twin",
+        "vllm-summary-json-twin",
+        "dataset-verify-json",
+    ],
+)
+def test_an_output_never_replaces_a_run_record(
+    args: list[str], record: str, tmp_path: Path
+) -> None:
+    from support.crafted_runs import published_points, write_run
+
+    run = write_run(tmp_path / "runs", "hisparse-run", published_points(0))
+    (run / "summary.json").write_text("{}\n")
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    argv = [a.format(run=run, tmp=tmp_path) for a in args] + [str(run / record)]
+    line = one_error_line(repro(*argv), "a record of run", str(run))
+    assert "never overwritten" in line
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "n").exists()
