@@ -168,7 +168,7 @@ def render(
             f"--results-claim {claim!r}: not a Kubernetes name (lowercase letters, digits, '-'; "
             f"at most 63), e.g. {k8s_name(claim)!r}"
         )
-    if not re.fullmatch(r"\d+(Mi|Gi|Ti)", size):
+    if not re.fullmatch(r"[1-9]\d*(Mi|Gi|Ti)", size):  # 0Gi: a claim nothing fits in
         raise ConfigError(f"--results-size {size!r}: expected e.g. 100Gi")
     image = _check_image(image, "--image")
     harness_image = _check_image(harness_image, "--harness-image")

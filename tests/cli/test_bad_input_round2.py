@@ -184,6 +184,8 @@ def test_runs_list_out_that_is_not_a_folder(blocker: Path, tmp_path: Path) -> No
 def test_k8s_claim_name_is_never_rewritten() -> None:
     with pytest.raises(ConfigError, match=r"--results-claim 'UPPER_bad'.*e\.g\. 'upper-bad'"):
         render(load_profile("cpu-tiny"), claim="UPPER_bad")
+    with pytest.raises(ConfigError, match=r"--results-size '0Gi'"):
+        render(load_profile("cpu-tiny"), size="0Gi")
 
 
 def test_coherence_against_unknown_names_the_option() -> None:
