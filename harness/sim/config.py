@@ -295,6 +295,9 @@ def setup_from_profile(
             raise ConfigError(
                 f"sim.{key}: not a simulator parameter (known: {', '.join(FIT_PARAMS)})"
             )
+        low, high = FIT_PARAMS[key]
+        if not low <= float(value) <= high:  # the bounds a calibration file is held to (nan too)
+            raise ConfigError(f"sim.{key}={value}: outside [{low}, {high}]")
         setattr(roof, key, float(value))
     max_len = _int(where, "serve.max-model-len", serve.get("max-model-len", 142000))
     kv_check = _refuse_like_vllm(

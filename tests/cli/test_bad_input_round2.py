@@ -364,3 +364,13 @@ def test_an_output_never_replaces_a_run_record(
     assert "never overwritten" in line
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
     assert not (tmp_path / "n").exists()
+
+
+@pytest.mark.parametrize(
+    "setting", ["sim.hbm_eff=-1", "sim.miss_rate=2", "sim.acceptance_length=0", "sim.pcie_eff=nan"]
+)
+def test_sim_parameters_are_held_to_the_calibration_bounds(setting: str, tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    result = repro("simulate", "--profile", "hisparse384", "--set", setting, "--out", str(out))
+    one_error_line(result, f"{setting.split('=')[0]}=", "outside [")
+    assert not out.exists()
