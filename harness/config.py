@@ -86,13 +86,54 @@ def validate(
         raise error(validation_message(source, exc, prefix=prefix, every=every)) from None
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping: plain YAML keeps the last
+    value silently, so a profile could say `max-num-seqs: 4` and serve 8."""
+
+
+def _unique_keys(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: dict[Any, int] = {}
+    for key_node, _value in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # `<<: *anchor`: SafeLoader's construct_mapping merges it
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.get(key)
+        except TypeError:  # an unhashable key: construct_mapping names it below
+            continue
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} given twice (first on line {first + 1})",
+                key_node.start_mark,
+            )  # fmt: skip
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_keys)
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error on one line: ``line L, column C: problem`` (PyYAML's own text spans
+    several lines, with a caret drawing)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return where + " ".join(str(problem).split())
+
+
+def safe_load(text: str | bytes) -> Any:
+    """yaml.safe_load, but a key given twice in one mapping is an error."""
+    return yaml.load(text, Loader=_StrictLoader)
+
+
 def parse_yaml(
     text: str | bytes, source: Path | str, *, error: type[ReproError] = ConfigError
 ) -> Any:
     try:
-        return yaml.safe_load(text)
+        return safe_load(text)
     except yaml.YAMLError as exc:
-        raise error(f"{source}: not valid YAML ({exc})") from None
+        raise error(f"{source}: not valid YAML ({yaml_problem(exc)})") from None
 
 
 def read_text(path: Path, what: str, *, error: type[ReproError] = ConfigError) -> str:

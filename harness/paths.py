@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from harness.errors import ConfigError
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAUNCH_DIR = REPO_ROOT / "launch"
 PROFILES_DIR = LAUNCH_DIR / "profiles"
@@ -18,7 +20,14 @@ def cache_dir() -> Path:
     """Root of everything heavy and re-creatable: build venvs, tiny models, compile caches."""
     root = os.environ.get("REPRO_CACHE")
     path = Path(root).expanduser() if root else Path.home() / ".cache" / "repro"
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        what = (
+            f"REPRO_CACHE={root}" if root else f"cache folder {path} (from HOME; set REPRO_CACHE)"
+        )
+        why = "a file is in the way" if isinstance(exc, FileExistsError) else exc.strerror
+        raise ConfigError(f"{what}: cannot create it ({why}: {exc.filename})") from None
     return path
 
 

@@ -33,7 +33,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.config import read_json, validate
-from harness.errors import RunError
+from harness.errors import ReproError, RunError
 
 RUN_SCHEMA = "repro.run/1"
 POINT_SCHEMA = "repro.point/1"
@@ -373,7 +373,53 @@ def _umask() -> int:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder and rename: readers never see half a file."""
+    """Write via a temp file in the same folder and rename: readers never see half a file.
+    An OSError names ``path`` (not the temp file, nor a parent that is in the way)."""
+    try:
+        _write_replace(path, text)
+    except OSError as exc:
+        if exc.filename == str(path):
+            raise
+        in_way = isinstance(exc, FileExistsError | NotADirectoryError)
+        why = "a file is in the way" if in_way else exc.strerror
+        blocker = f": {exc.filename}" if exc.filename else ""
+        raise OSError(exc.errno, f"cannot write ({why}{blocker})", str(path)) from None
+
+
+def check_writable(path: Path) -> None:
+    """Fail now, naming ``path``, when a file cannot be written there (before hours of work
+    whose record would be lost at the end); creates missing parent folders."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            raise IsADirectoryError(21, "Is a directory", str(path))
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}."):
+            pass
+    except OSError as exc:
+        in_way = isinstance(exc, FileExistsError | NotADirectoryError)
+        why = f"a file is in the way: {exc.filename}" if in_way else exc.strerror
+        raise ReproError(f"{path}: cannot write there ({why})") from None
+
+
+_VIEWS = (".html", ".png", ".svg", ".md")  # regenerable from the records
+
+
+def check_not_run_record(path: Path, option: str) -> None:
+    """A file the user names for an output (--markdown, --summary, --json) never replaces a
+    record of an existing run (its manifest, summary, a point's JSON...): only views
+    (HTML, figures, markdown) may be rewritten inside a run directory."""
+    if path.suffix in _VIEWS or not path.exists():
+        return
+    resolved = path.resolve()
+    for parent in [resolved.parent, *resolved.parent.parents][:3]:  # RUN/points/<id>/point.json
+        if (parent / "manifest.json").is_file():
+            raise RunError(
+                f"{option} {path}: a record of run {parent}; a run's records are never "
+                "overwritten (choose another path)"
+            )
+
+
+def _write_replace(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

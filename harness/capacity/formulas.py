@@ -391,10 +391,10 @@ def parse_seq_range(text: str) -> list[int]:
         raise ConfigError(f"--seq-range {text!r}: expected START:STOP:STEP integers") from None
     if start < 1 or step < 1 or stop < start:
         raise ConfigError(f"--seq-range {text!r}: need 1 <= START <= STOP and STEP >= 1")
-    values = list(range(start, stop + 1, step))
+    values = range(start, stop + 1, step)  # len() before list(): 1:1e9:1 must not fill memory
     if len(values) > 100_000:
         raise ConfigError(f"--seq-range {text!r}: {len(values):,} lengths; at most 100,000")
-    return values
+    return list(values)
 
 
 def chart_curve(

@@ -60,10 +60,11 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except OSError as exc:
         # a file the user named cannot be read or written (read-only file system, no such
-        # folder, permission): one line naming the path, never a traceback
+        # folder, permission): one line naming the path, never a traceback; exit 2 like any
+        # error, since 1 means "regression" / "incoherent" / "claim failed" to a gate
         where = f"{exc.filename}: " if exc.filename else ""
         click.echo(f"error: {where}{exc.strerror or exc}", err=True)
-        sys.exit(1)
+        sys.exit(2)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
-from harness.cli.options import flag, path_option, text_option
+from harness.cli.options import GIB, flag, path_option, text_option
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -20,7 +20,7 @@ def register(group: click.Group) -> None:
 # The calculator's numeric inputs, in --help order: (option, type, help). None is "not given":
 # the model file or the run's profile supplies the value.
 _NUMBERS: tuple[tuple[str, Any, str], ...] = (
-    ("--hbm-gib", float, "GPU memory in GiB instead of --gpu."),
+    ("--hbm-gib", GIB, "GPU memory in GiB instead of --gpu."),
     ("--tp", click.IntRange(min=1), "Tensor parallel size [default: 8]."),
     ("--dp", click.IntRange(min=1), "Data parallel size [default: 1]."),
 )
@@ -36,7 +36,7 @@ _SIZES: tuple[tuple[str, Any, str], ...] = (
     ),
     (
         "--host-pool-gib",
-        float,
+        GIB,
         (
             "HiSparse host pool per DP rank [default: the minimum non-limiting pool, "
             "clamped to 16..4096, as the calculator]."
@@ -44,16 +44,16 @@ _SIZES: tuple[tuple[str, Any, str], ...] = (
     ),
     (
         "--indexer-offload-gib",
-        float,
+        GIB,
         "Native indexer offload pool, total GiB (0 = off) [default: 128].",
     ),
-    ("--system-ram-gib", float, "System RAM budget for host pools [default: 4096]."),
+    ("--system-ram-gib", GIB, "System RAM budget for host pools [default: 4096]."),
 )
 _LIMITS: tuple[tuple[str, Any, str], ...] = (
     ("--max-seqs", int, "Max sequences per DP rank [default: 1024, the calculator's]."),
     (
         "--kv-gib-per-gpu",
-        float,
+        GIB,
         "Available KV HBM per GPU, overriding the estimate (e.g. vLLM's log value).",
     ),
     ("--baseline-block-bytes", int, "Advanced: baseline block bytes."),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from harness.cli.options import flag, overrides_option, path_option, text_option
+from harness.cli.options import PORT, flag, overrides_option, path_option, text_option
 
 EXIT = {"coherent": 0, "incoherent": 1, "unjudged": 2}
 
@@ -33,7 +33,7 @@ def register(group: click.Group) -> None:
     "--references", file_okay=False, help="Reference store (default: launch/coherence/references)."
 )
 @flag("--no-long-context", help="Skip the long-context needle probe.")
-@click.option("--port", type=int, default=None, help="Port of a launched server.")
+@click.option("--port", type=PORT, default=None, help="Port of a launched server.")
 @flag("--dry-run", help="Resolve probe set and reference; probe nothing.")
 @flag("--json", "as_json", help="Print the result record as JSON.")
 def coherence(

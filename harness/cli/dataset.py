@@ -205,8 +205,10 @@ def verify_command(
     from harness.dataset.tok import TokenizerHandle
     from harness.dataset.verify import summary_lines, verify_file
     from harness.errors import DatasetError
-    from harness.results import atomic_write_json
+    from harness.results import atomic_write_json, check_not_run_record
 
+    if json_out:
+        check_not_run_record(json_out, "--json")  # before the (slow) re-tokenizing
     report = verify_file(
         file,
         TokenizerHandle(tokenizer),

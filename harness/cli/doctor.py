@@ -6,7 +6,7 @@ import json
 
 import click
 
-from harness.cli.options import flag, text_option
+from harness.cli.options import PORT, flag, text_option
 
 
 def register(group: click.Group) -> None:
@@ -16,7 +16,7 @@ def register(group: click.Group) -> None:
 @click.command("doctor")
 @click.option("--profile", "profile_name", default="cpu-tiny", show_default=True,
               help="Profile name or YAML path.")  # fmt: skip
-@click.option("--port", type=int, default=None, help="Port to check (default: the profile's).")
+@click.option("--port", type=PORT, default=None, help="Port to check (default: the profile's).")
 @text_option("--url", help="Attach mode: check only what the client side needs.")
 @flag("--json", "as_json", help="Print the checks as JSON.")
 def doctor_cmd(profile_name: str, port: int | None, url: str | None, as_json: bool) -> int:

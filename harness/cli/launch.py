@@ -7,7 +7,7 @@ import json
 import click
 import yaml
 
-from harness.cli.options import flag
+from harness.cli.options import PORT, flag
 
 
 def register(group: click.Group) -> None:
@@ -128,7 +128,7 @@ def profiles_check(names: tuple[str, ...], all_profiles: bool, no_real: bool, as
 
 @click.command("launch")
 @click.option("--profile", "profile_name", required=True, help="Profile name or YAML path.")
-@click.option("--port", type=int, default=None, help="Port (default: the profile's).")
+@click.option("--port", type=PORT, default=None, help="Port (default: the profile's).")
 @click.option(
     "--log-dir",
     type=click.Path(file_okay=False),

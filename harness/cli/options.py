@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,35 @@ from typing import Any
 import click
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+PORT = click.IntRange(1, 65535)  # else a bad port is a traceback from bind() after the setup
+
+
+class FiniteFloat(click.ParamType):
+    """A float that is a number: nan and inf are refused (click's float takes them, and they
+    reach arithmetic that either raises or prints nonsense); optionally at most ``maximum``."""
+
+    name = "FLOAT"
+
+    def __init__(self, maximum: float | None = None) -> None:
+        self.maximum = maximum
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.maximum is not None and number > self.maximum:
+            self.fail(f"{value!r} is more than {self.maximum:,.0f}", param, ctx)
+        return number
+
+
+FINITE = FiniteFloat()
+GIB = FiniteFloat(maximum=2.0**30)  # GiB sizes: 1 EiB is beyond any machine, and far more overflows
 
 
 def path_option(*decls: str, help: str, **path: Any) -> Decorator:

@@ -38,6 +38,14 @@ def _exit(code: int) -> None:
         sys.exit(code)
 
 
+def _guard_markdown(path: Path | None) -> None:
+    """Before judging: --markdown never lands on a run's record (e.g. RUN/manifest.json)."""
+    if path is not None:
+        from harness.results import check_not_run_record
+
+        check_not_run_record(path, "--markdown")
+
+
 def _write_markdown(path: Path | None, text: str) -> None:
     if path is not None:
         from harness.results import atomic_write_text
@@ -87,6 +95,7 @@ def regress_cmd(
     from harness.gate.judge import regress
     from harness.gate.regress import render_json, render_markdown, render_table
 
+    _guard_markdown(markdown)
     verdict = regress(
         candidate,
         baseline_dir=baseline,
@@ -136,6 +145,7 @@ def claims_check(
     """Say which claims hold for RUNS. Exit 1 if any fails, 2 if none applies."""
     from harness.gate.claims import claims_exit_code, claims_to_dict, render_claims, run_claims
 
+    _guard_markdown(markdown)
     results, notes = run_claims(runs, claims_path=claims_path, explicit=_parse_arm(arms))
     if as_json:
         click.echo(json.dumps({"notes": notes, "claims": claims_to_dict(results)}, indent=2))
@@ -341,7 +351,13 @@ def nightly_cmd(
     value changed or an arm has no accepted entry, unless --accept records the new values.
     """
     sim_opts = {k: rest.pop(k) for k in _SIM_ONLY}
-    names = [p.strip() for p in (profiles or "").split(",") if p.strip()]
+    names = _arm_names(profiles)
+    if claims_path is not None:
+        from harness.gate.claims import load_claims
+
+        # a claims file given by hand that cannot be read fails now, not as a note (exit 0)
+        # after every arm has run
+        load_claims(claims_path)
     if engine == "sim":
         unused = {
             "--build": build,
@@ -353,6 +369,9 @@ def nightly_cmd(
         bad = [name for name, value in unused.items() if value]
         if bad:
             raise click.UsageError(f"{', '.join(bad)}: not used by --engine sim")
+        if sim_opts["reason"] and not sim_opts["accept"]:
+            raise click.UsageError("--reason: only with --accept (nothing is accepted without it)")
+        _check_outputs(summary_path, sim_opts["accepted"] if sim_opts["accept"] else None)
         _exit(_sim_nightly(names, claims_path, out, summary_path, no_dashboard, sim_opts))
         return
     given = [f"--{k}" for k, v in sim_opts.items() if v]
@@ -360,6 +379,7 @@ def nightly_cmd(
         raise click.UsageError(f"{', '.join(given)}: only with --engine sim")
     if not names or not build:
         raise click.UsageError("--profiles and --build are required with --engine vllm")
+    _check_outputs(summary_path, None)
     from harness.gate.nightly import run_nightly
 
     result = run_nightly(
@@ -376,6 +396,30 @@ def nightly_cmd(
         slurm=options_from(executor, rest),  # --executor slurm: the arms run as Slurm jobs
     )
     _exit(result.exit_code)
+
+
+def _arm_names(profiles: str | None) -> list[str]:
+    """--profiles A,B: given but empty, or an arm twice, is a usage error (not the defaults)."""
+    names = [p.strip() for p in (profiles or "").split(",") if p.strip()]
+    if profiles is not None and not names:
+        raise click.UsageError(f"--profiles {profiles!r}: no profile name in it")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise click.UsageError(f"--profiles: {', '.join(twice)} given twice")
+    return names
+
+
+def _check_outputs(summary: Path | None, accepted: Path | None) -> None:
+    """The summary (+ its .json twin) and, with --accept, the accepted history are written
+    after every arm has run: an unwritable path, or a run's record, fails now, before the work."""
+    from harness.results import check_not_run_record, check_writable
+
+    if summary is not None:
+        for path in (summary, summary.with_suffix(".json")):
+            check_not_run_record(path, "--summary")
+    for path in (summary, accepted):
+        if path is not None:
+            check_writable(path)
 
 
 def _sim_nightly(

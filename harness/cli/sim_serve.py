@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from harness.cli.options import flag, overrides_option, path_option, text_option
+from harness.cli.options import FINITE, PORT, flag, overrides_option, path_option, text_option
+from harness.errors import ReproError
 
 
 def register(group: click.Group) -> None:
@@ -22,12 +23,12 @@ def sim() -> None:
 @sim.command("serve")
 @click.option("--profile", required=True, metavar="NAME", help="Serve profile to simulate.")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--port", default=8000, show_default=True, type=PORT)
 @click.option(
     "--time-scale",
     "time_scale",
     default=None,
-    type=float,
+    type=FINITE,
     metavar="K",
     help="Virtual time runs K x faster than the wall clock [default: 2].",
 )
@@ -50,18 +51,18 @@ def sim() -> None:
 @flag(
     "--reasoning-field", help="Stream the reply as delta.reasoning (vLLM with a reasoning parser)."
 )
-@click.option("--fail-rate", default=0.0, type=float, help="Fraction of requests -> HTTP 500.")
+@click.option("--fail-rate", default=0.0, type=FINITE, help="Fraction of requests -> HTTP 500.")
 @click.option(
     "--truncate-rate",
     default=0.0,
-    type=float,
+    type=FINITE,
     help="Fraction of streams cut after half their tokens.",
 )
 @click.option(
     "--metrics-hang-after",
     "metrics_hang_after_s",
     default=None,
-    type=float,
+    type=FINITE,
     metavar="S",
     help="/metrics stops answering S wall seconds after start.",
 )
@@ -69,7 +70,7 @@ def sim() -> None:
     "--die-after",
     "die_after_s",
     default=None,
-    type=float,
+    type=FINITE,
     metavar="S",
     help="The process exits (code 3) S wall seconds after start.",
 )
@@ -77,7 +78,7 @@ def sim() -> None:
     "--faults-after",
     "after_s",
     default=0.0,
-    type=float,
+    type=FINITE,
     metavar="S",
     help="Request faults start S wall seconds after start.",
 )
@@ -92,4 +93,10 @@ def serve_cmd(host: str, port: int, **options: Any) -> None:
     # The fault options are named after Faults' fields, the rest after ServeOptions'.
     faults = Faults(**{f.name: options.pop(f.name) for f in fields(Faults)})
     options["time_scale"] = options["time_scale"] or DEFAULT_TIME_SCALE
-    serve(ServeOptions(**options, faults=faults), host=host, port=port, echo=click.echo)
+    try:
+        serve(ServeOptions(**options, faults=faults), host=host, port=port, echo=click.echo)
+    except OSError as exc:
+        if exc.filename is not None:  # a file: harness.cli.main names it
+            raise
+        # binding: a host that does not resolve, a busy port ("Name or service not known" alone)
+        raise ReproError(f"--host {host} --port {port}: cannot serve there ({exc})") from None

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from harness.cli.cluster import executor_options, options_from
-from harness.cli.options import flag, overrides_option, path_option, text_option
+from harness.cli.options import FINITE, flag, overrides_option, path_option, text_option
 from harness.cluster.records import settle_job_run
 from harness.cluster.submit import sweep_as_job
 from harness.errors import ReproError
@@ -95,7 +95,7 @@ def register(group: click.Group) -> None:
 @click.option(
     "--time-scale",
     "time_scale",
-    type=float,
+    type=FINITE,
     default=None,
     metavar="K",
     help="--engine sim: virtual time runs K x faster than the wall clock; client times are "

@@ -173,8 +173,12 @@ def render(
     coherence_preflight(profile, request, echo=echo)
     extra = ["--allow-incoherent"] if allow_incoherent else []
     base = k8s_name(f"repro-{profile.name}")
-    claim = k8s_name(claim)
-    if not re.fullmatch(r"\d+(Mi|Gi|Ti)", size):
+    if k8s_name(claim) != claim:  # it names a claim that may already exist: never rename it
+        raise ConfigError(
+            f"--results-claim {claim!r}: not a Kubernetes name (lowercase letters, digits, '-'; "
+            f"at most 63), e.g. {k8s_name(claim)!r}"
+        )
+    if not re.fullmatch(r"[1-9]\d*(Mi|Gi|Ti)", size):  # 0Gi: a claim nothing fits in
         raise ConfigError(f"--results-size {size!r}: expected e.g. 100Gi")
     image = _check_image(image, "--image")
     harness_image = _check_image(harness_image, "--harness-image")

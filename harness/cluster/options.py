@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from harness.config import safe_load, yaml_problem
 from harness.errors import ConfigError
 
 # Slurm's time formats (sbatch --time), all converted to whole minutes (Slurm rounds up too).
@@ -98,11 +99,13 @@ class SlurmOptions:
 def load_config(path: Path) -> dict[str, Any]:
     """The config file's values, checked key by key (unknown keys are errors)."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"--slurm-config {path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--slurm-config {path}: cannot read ({exc})") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--slurm-config {path}: not valid YAML ({exc})") from None
+        raise ConfigError(f"--slurm-config {path}: not valid YAML ({yaml_problem(exc)})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

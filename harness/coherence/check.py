@@ -119,7 +119,8 @@ def plan_check(
     try:
         load_profile(target)
     except ConfigError as exc:
-        raise ConfigError(f"{profile.source}: coherence.reference {target!r}: {exc}") from None
+        where = "--against" if against is not None else f"{profile.source}: coherence.reference"
+        raise ConfigError(f"{where} {target!r}: not a run directory, and {exc}") from None
     path = reference_path(target, probe_set.key, references_dir)
     return CheckPlan(profile.name, spec, probe_set, target, path, notes)
 

@@ -12,9 +12,9 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, Field, PositiveInt, ValidationError, model_validator
 
+from harness.config import parse_yaml, read_text
 from harness.errors import ConfigError
 from harness.paths import LAUNCH_DIR
 
@@ -70,13 +70,10 @@ def load_probe_set(key: str, probes_dir: Path | None = None) -> ProbeSet:
     if not match:
         raise ConfigError(f"probe set {key!r}: expected NAME-vVERSION, e.g. tiny-v1")
     path = probe_set_path(key, folder)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.is_file():
         known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml"))) or "none"
-        raise ConfigError(f"probe set {key!r}: no {path} (known: {known})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+        raise ConfigError(f"probe set {key!r}: no {path} (known: {known})")
+    raw = parse_yaml(read_text(path, "probe set"), path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a probe set must be a mapping")
     try:

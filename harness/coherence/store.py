@@ -57,6 +57,8 @@ def read_replies(path: Path) -> ReplySet:
         raise ConfigError(f"{path}: no recorded replies") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:  # a folder, unreadable, not text
+        raise ConfigError(f"{path}: cannot read recorded replies ({exc})") from None
     if not isinstance(data, dict) or data.get("schema_version") != REFERENCE_SCHEMA:
         found = data.get("schema_version") if isinstance(data, dict) else None
         raise ConfigError(f"{path}: schema_version {found!r}, expected {REFERENCE_SCHEMA!r}")

@@ -16,9 +16,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from harness.config import read_yaml
 from harness.errors import ConfigError
 from harness.paths import DATASETS_DIR
 
@@ -146,10 +146,7 @@ def load_recipe(spec: str, overrides: dict[str, Any] | None = None) -> Recipe:
         )
     if not path.is_file():
         raise ConfigError(f"dataset recipe file {path} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    data = read_yaml(path, "dataset recipe") or {}  # bad YAML or a key twice: one line
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a recipe must be a mapping of keys, got {type(data).__name__}")
     data.setdefault("name", path.stem)

@@ -201,7 +201,10 @@ class History:
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30)
+        try:
+            db = sqlite3.connect(self.path, timeout=30)
+        except sqlite3.Error as exc:  # e.g. the path is a folder
+            raise ReproError(f"{self.path}: cannot open the history database ({exc})") from None
         db.row_factory = sqlite3.Row
         try:
             with db:  # commit on success, roll back on error

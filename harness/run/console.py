@@ -145,6 +145,8 @@ def list_runs(out: Path | None = None) -> list[str]:
     """Local runs and Slurm jobs' runs (ended jobs are collected into their runs first); a job
     that has no run directory yet (queued, or ended before it started) is listed too."""
     root = Path(out or results_dir())
+    if out is not None and not root.is_dir():  # a typo must not read as "no runs"
+        raise RunError(f"--out {root}: {'not a folder' if root.exists() else 'no such folder'}")
     jobs = job_records(root)
     lines = [f"{'run':40} {'status':9} {'profile':20} {'valid/done/planned':19} workload"]
     for manifest_path in sorted(root.glob("*/manifest.json")):

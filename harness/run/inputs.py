@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from harness.config import read_yaml
 from harness.dataset import ensure_dataset
 from harness.errors import DatasetError
 from harness.paths import DATASETS_DIR
@@ -56,10 +55,10 @@ def _from_recipe(spec: str, path: Path) -> DatasetFacts:
         raise DatasetError(
             f"dataset {spec!r}: no built JSON, recipe file or {DATASETS_DIR}/{spec}.yaml"
         )
+    data = read_yaml(recipe, "dataset recipe", error=DatasetError) or {}
     try:
-        data = yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}
         number, turns = int(data.get("number", 0)), int(data.get("num_turns", 0))
-    except (yaml.YAMLError, TypeError, ValueError, AttributeError) as exc:
+    except (TypeError, ValueError, AttributeError) as exc:
         raise DatasetError(f"dataset recipe {recipe}: unreadable ({exc})") from None
     return DatasetFacts(None, None, number, turns, {"recipe": str(recipe)}, False)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
@@ -21,11 +21,19 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    Strict,
     ValidationError,
     field_validator,
 )
 
-from harness.config import at_key, describe_error, read_yaml, require_mapping
+from harness.config import (
+    at_key,
+    describe_error,
+    read_yaml,
+    require_mapping,
+    safe_load,
+    yaml_problem,
+)
 from harness.errors import ConfigError
 from harness.paths import PROFILES_DIR
 from harness.serve.builds import Build, get_build, serve_json_schemas, serve_option_table
@@ -36,9 +44,13 @@ DEEP_MERGED = ("serve", "sweep", "env", "coherence")
 RESERVED_SERVE_KEYS = {"model": "model", "host": "host", "port": "port", "config": None}
 
 
+_Count = Annotated[int, Strict(), Field(gt=0)]
+
+
 class SweepSpec(BaseModel, extra="forbid"):
-    # (parallel, number): both >= 1; EvalScope turns 0 into sentinels that look like metrics
-    points: list[tuple[PositiveInt, PositiveInt]] = Field(
+    # (parallel, number): both >= 1; EvalScope turns 0 into sentinels that look like metrics.
+    # Strict: `true` is not a concurrency (pydantic would read it as 1).
+    points: list[tuple[_Count, _Count]] = Field(
         default=[(1, 4), (8, 16), (16, 32), (24, 48), (32, 64)], min_length=1
     )
     dataset: str = "openhands-glm53"
@@ -52,6 +64,16 @@ class SweepSpec(BaseModel, extra="forbid"):
     point_timeout_s: PositiveFloat = 10800.0
     sleep_between_points_s: NonNegativeFloat = 5.0
     warmup_requests: NonNegativeInt = 2
+
+    @field_validator("points")
+    @classmethod
+    def _distinct_points(cls, points: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        # two equal points share one point directory: the second would overwrite the first
+        twice = sorted({p for p in points if points.count(p) > 1})
+        if twice:
+            given = ", ".join(f"[{p}, {n}]" for p, n in twice)
+            raise ValueError(f"{given} given twice (one directory per point; use --repeats)")
+        return points
 
 
 class AgreementSpec(BaseModel, extra="forbid"):
@@ -110,10 +132,10 @@ class Profile(BaseModel, extra="forbid"):
     description: str = ""
     extends: str | None = None
     build: str
-    model: str
+    model: str = Field(min_length=1)
     gpus: int
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: int = Field(default=8000, ge=1, le=65535)
     ready_timeout_s: float
     env: dict[str, str] = {}
     serve: dict[str, Any]
@@ -235,9 +257,11 @@ def _parse_override(text: str) -> tuple[list[str], Any]:
     if not sep or not key.strip():
         raise ConfigError(f"override {text!r}: expected KEY=VALUE, e.g. serve.max-num-seqs=64")
     try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
+        parsed = safe_load(value) if value.strip() else ""
     except yaml.YAMLError as exc:
-        raise ConfigError(f"override {text!r}: VALUE is not valid YAML: {exc}") from exc
+        raise ConfigError(
+            f"override {text!r}: VALUE is not valid YAML ({yaml_problem(exc)})"
+        ) from None
     return key.strip().split(".", 1), parsed
 
 

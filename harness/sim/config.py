@@ -13,11 +13,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness.capacity.deployment import GIB, make_deployment, mtp_hot_rows
 from harness.capacity.formulas import capacity_at
 from harness.capacity.model import ModelSpec, find_model_for
+from harness.config import read_yaml
 from harness.errors import ConfigError
 from harness.sim.cost import FIT_PARAMS, Roofline
 from harness.sim.engine import Engine
@@ -67,10 +66,7 @@ class Calibration:
 
 
 def load_calibration(path: Path) -> Calibration:
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: calibration file not found") from None
+    data = read_yaml(path, "calibration file")  # missing, unreadable or bad YAML: one line
     if not isinstance(data, dict) or data.get("schema") != CALIBRATION_SCHEMA:
         raise ConfigError(f"{path}: schema must be {CALIBRATION_SCHEMA!r}")
     params = data.get("params") or {}
@@ -297,6 +293,9 @@ def setup_from_profile(
             raise ConfigError(
                 f"sim.{key}: not a simulator parameter (known: {', '.join(FIT_PARAMS)})"
             )
+        low, high = FIT_PARAMS[key]
+        if not low <= float(value) <= high:  # the bounds a calibration file is held to (nan too)
+            raise ConfigError(f"sim.{key}={value}: outside [{low}, {high}]")
         setattr(roof, key, float(value))
     max_len = _int(where, "serve.max-model-len", serve.get("max-model-len", 142000))
     kv_check = _refuse_like_vllm(

@@ -8,18 +8,16 @@ written with `harness.results`' records. Times are virtual seconds from the engi
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from harness import __version__
 from harness.analysis.metrics import RequestTiming, derive_point_metrics
 from harness.client.scrape import write_samples_csv
+from harness.config import read_json, read_yaml, require_mapping
 from harness.errors import ConfigError, RunError
 from harness.identity import configuration_key
 from harness.paths import DATASETS_DIR, results_dir
@@ -56,7 +54,7 @@ def load_workload(spec: str | None) -> Workload:
         return shaped_workload(**_shape(BLOG_SHAPE, "blog-shaped"), source="blog-shaped")
     path = Path(spec).expanduser()
     if path.suffix == ".json" and path.is_file():
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = require_mapping(read_json(path, "dataset"), path, "built dataset")
         meta = data.get("metadata") or {}
         convs = data.get("conversations") or []
         shape = {**meta, "number": len(convs), "num_turns": len(convs[0]) if convs else 0}
@@ -64,7 +62,7 @@ def load_workload(spec: str | None) -> Workload:
     recipe = path if path.suffix in (".yaml", ".yml") else DATASETS_DIR / f"{spec}.yaml"
     if not recipe.is_file():
         raise ConfigError(f"--dataset {spec!r}: no recipe {recipe} and no built JSON")
-    data = yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}
+    data = require_mapping(read_yaml(recipe, "dataset recipe") or {}, recipe, "dataset recipe")
     return shaped_workload(**_shape(data, str(recipe)), source=str(recipe))
 
 

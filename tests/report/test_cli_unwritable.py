@@ -1,4 +1,4 @@
-"""An output path that cannot be written is one line naming it (exit 1), never a traceback, and
+"""An output path that cannot be written is one line naming it (exit 2: 1 means a regression to a gate), never a traceback, and
 nothing else is lost (issue 17: read-only `--out`, `--markdown`)."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_unwritable_output_is_one_line_naming_the_path(
     blocker.write_text("not a folder")  # root may write anywhere, but not below a file
     argv = [a.format(run=run_dir, bad=blocker) for a in args]
     result = subprocess.run([*REPRO, *argv], capture_output=True, text=True, check=False)
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and str(blocker) in errors[0], result.stderr
