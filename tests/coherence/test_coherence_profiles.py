@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.manifests import minimal_manifest
 
 from harness.cli import cli
 from harness.coherence import check_for_sweep, plan_check, point_invalid_reason, run_check
@@ -16,25 +17,9 @@ from harness.coherence.client import Reply
 from harness.coherence.probes import load_probe_set
 from harness.coherence.store import ReplySet, read_replies, reference_path, write_replies
 from harness.errors import ConfigError
-from harness.results import RunManifest
 from harness.serve.profiles import load_profile
 from harness.serve.server import free_port
 
-MANIFEST = {
-    "run_id": "r",
-    "status": "running",
-    "created_at": 0.0,
-    "harness_version": "0",
-    "engine": "url",
-    "base_url": "http://x",
-    "profile_name": "cpu-tiny",
-    "profile": {},
-    "gpus": 1,
-    "dataset": {},
-    "workload_key": "k",
-    "client": {},
-    "sweep": {},
-}
 # The blog's arms imply: MTP3 <-> no-MTP, HiSparse <-> offloading (reference/vllm.md §1.5).
 BLOG_REFERENCES = {
     "hisparse384": "offload512",
@@ -174,9 +159,7 @@ def test_points_are_invalid_unless_coherent_or_allowed(tmp_path: Path) -> None:
     assert point_invalid_reason(record) == f"coherence unjudged: {record.reason}"
     # the record is what the manifest stores, and a run keeps it next to its replies
     assert json.loads((tmp_path / "coherence" / "result.json").read_text())["verdict"] == "unjudged"
-    manifest_field = RunManifest.model_validate(
-        {**MANIFEST, "coherence": record.model_dump(mode="json")}
-    ).coherence
+    manifest_field = minimal_manifest(coherence=record.model_dump(mode="json")).coherence
     assert manifest_field == record
     allowed = check_for_sweep(profile, url, allow_incoherent=True)
     assert allowed.allow_incoherent and point_invalid_reason(allowed) is None

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.manifests import minimal_manifest
 
 from harness.cli import main
 from harness.coherence.client import Reply
@@ -15,7 +16,6 @@ from harness.coherence.probes import REFERENCES_DIR, load_probe_set
 from harness.coherence.references import MissingReference, coherence_preflight
 from harness.coherence.store import ReplySet, reference_path, write_replies
 from harness.errors import ConfigError
-from harness.results import RunManifest
 from harness.run.sweep import SweepRequest
 from harness.serve.profiles import load_profile
 
@@ -31,22 +31,6 @@ GLM_ARMS = {
     "upstream-hisparse384-nomtp": "upstream-offload512-nomtp",
     "upstream-offload512": "upstream-offload512-nomtp",
     "upstream-offload512-nomtp": None,
-}
-# the smallest valid run manifest (what a resumed run brings)
-MANIFEST = {
-    "run_id": "r",
-    "status": "partial",
-    "created_at": 0.0,
-    "harness_version": "0",
-    "engine": "url",
-    "base_url": "http://x",
-    "profile_name": "cpu-tiny-mtp",
-    "profile": {},
-    "gpus": 1,
-    "dataset": {},
-    "workload_key": "k",
-    "client": {},
-    "sweep": {},
 }
 
 
@@ -202,7 +186,9 @@ def test_against_needs_a_coherence_block_and_resume_keeps_the_override(tmp_path:
     write_run_replies(run, "cpu-tiny-mtp-nomtp", "tiny-v1")
 
     # a resumed run's manifest: its override is the one used again
-    manifest = RunManifest.model_validate({**MANIFEST, "coherence_against": str(run)})
+    manifest = minimal_manifest(
+        status="partial", profile_name="cpu-tiny-mtp", coherence_against=str(run)
+    )
     pre = coherence_preflight(load_profile("cpu-tiny-mtp"), SweepRequest(), manifest)
     assert pre.against == str(run) and pre.plan.reference_file == run / "coherence/replies.json"
     pre.record_in(manifest)
