@@ -98,11 +98,16 @@ start_munge() {
 }
 
 wait_up() {
-    local deadline=$((SECONDS + 60))
+    local deadline=$((SECONDS + 60)) state
     while [ $SECONDS -lt $deadline ]; do
-        if SLURM_CONF="$CONF" sinfo -h -p debug -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc)'; then
-            return 0
-        fi
+        state=$(SLURM_CONF="$CONF" sinfo -h -p debug -o %t 2>/dev/null | head -n 1)
+        case "$state" in
+            idle* | mix* | alloc*) return 0 ;;
+            # a test left the node drained or down (e.g. a relaunch Slurm refused): this
+            # cluster exists for the tests, so put it back in service
+            drain* | drng* | down*)
+                SLURM_CONF="$CONF" scontrol update NodeName="$(hostname -s)" State=RESUME 2>/dev/null || true ;;
+        esac
         sleep 0.5
     done
     say "cluster not up after 60 s; logs in $DIR/log"
