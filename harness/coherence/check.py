@@ -135,7 +135,7 @@ def _verdict(checks: dict[str, Check]) -> tuple[str, str]:
     return "coherent", "; ".join(c.reason for c in checks.values())
 
 
-def _load_reference(plan: CheckPlan) -> ReplySet | Check:
+def load_reference(plan: CheckPlan) -> ReplySet | Check:
     assert plan.reference_file is not None
     if not plan.reference_file.is_file():
         hint = f"record it with `repro coherence --profile {plan.reference} --record`"
@@ -155,7 +155,7 @@ def _load_reference(plan: CheckPlan) -> ReplySet | Check:
 
 
 def _agreement(plan: CheckPlan, replies: list, profile: Profile, root: str | None) -> Check:
-    ref = _load_reference(plan)
+    ref = load_reference(plan)
     if isinstance(ref, Check):
         return ref
     check = judge_agreement(replies, ref.by_id(), plan.spec.agreement, str(plan.reference))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.coherence.check import CheckPlan, _load_reference, plan_check
+from harness.coherence.check import CheckPlan, load_reference, plan_check
 from harness.coherence.grade import Check
 from harness.errors import ConfigError
 from harness.serve.profiles import Profile
@@ -32,7 +32,7 @@ def reference_problem(plan: CheckPlan) -> str | None:
     """
     if plan.reference is None:
         return None
-    loaded = _load_reference(plan)
+    loaded = load_reference(plan)
     return loaded.reason if isinstance(loaded, Check) else None
 
 

@@ -12,7 +12,7 @@ from support.manifests import minimal_manifest
 
 from harness.cli import cli
 from harness.coherence import check_for_sweep, plan_check, point_invalid_reason, run_check
-from harness.coherence.check import _load_reference
+from harness.coherence.check import load_reference
 from harness.coherence.client import Reply
 from harness.coherence.probes import load_probe_set
 from harness.coherence.store import ReplySet, read_replies, reference_path, write_replies
@@ -116,13 +116,13 @@ def test_reference_store_round_trip_and_stale_probe_set(tmp_path: Path) -> None:
     plan = plan_check(load_profile("cpu-tiny-mtp"), references_dir=tmp_path)
     assert plan.reference_file == path
     # replies recorded for another state of the probe set cannot be judged against
-    stale = _load_reference(plan)
+    stale = load_reference(plan)
     assert (
         stale.status == "unjudged" and "changed since these replies were recorded" in stale.reason
     )
     write_replies(path, replies.model_copy(update={"probe_set_sha256": probe_set.sha256}))
-    assert isinstance(_load_reference(plan), ReplySet)
-    missing = _load_reference(
+    assert isinstance(load_reference(plan), ReplySet)
+    missing = load_reference(
         plan_check(load_profile("cpu-tiny-mtp"), references_dir=tmp_path / "x")
     )
     assert "repro coherence --profile cpu-tiny-mtp-nomtp --record" in missing.reason
@@ -179,8 +179,8 @@ def test_against_a_run_directory_uses_its_stored_replies(tmp_path: Path) -> None
     write_replies(run / "coherence" / "replies.json", replies)
     plan = plan_check(load_profile("cpu-tiny-mtp"), against=str(run))
     assert plan.reference == str(run)
-    assert _load_reference(plan).by_id()["fib"].token_ids == [3]
+    assert load_reference(plan).by_id()["fib"].token_ids == [3]
     empty = tmp_path / "empty-run"
     empty.mkdir()
-    missing = _load_reference(plan_check(load_profile("cpu-tiny-mtp"), against=str(empty)))
+    missing = load_reference(plan_check(load_profile("cpu-tiny-mtp"), against=str(empty)))
     assert missing.status == "unjudged" and "that run has no coherence replies" in missing.reason
