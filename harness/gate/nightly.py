@@ -11,10 +11,12 @@ recorded replies runs after that reference arm and is judged against its run of 
    build, so ``--set serve.num-gpu-blocks-override=16`` is judged against the plain profile's
    history (that is how CI exercises a degraded build); with no accepted run yet the arm is
    ``new`` (it becomes the baseline);
-3. if a per-point row is *suspicious*, rerun exactly those points once (``only_points``) into
-   ``...-rerun``; the rerun's values replace the first ones and the row's final class is the
-   rerun's class: a breach of the threshold again -> regression, inside the band -> still
-   suspicious, otherwise ok (cleared by the rerun). Rows that were not suspicious keep their class;
+3. rows a rerun decides are *provisional*: suspicious rows, and regressions judged on one value
+   with no noise estimate (fewer than 3 accepted runs and one repeat: ``Row.noise_tested`` false,
+   so a single noisy point cannot fail the night). Rerun exactly the points with a provisional
+   row once (``only_points``) into ``...-rerun``; the rerun's values replace the first ones and
+   each provisional row takes the rerun's class: a breach again -> regression (confirmed),
+   inside the band -> suspicious, otherwise ok (cleared). Other rows keep their class;
 4. record the run in the history: ``accepted`` unless its verdict is a regression, the inputs
    were invalid or the sweep failed (then ``rejected``, with the reason; ``repro history accept``
    overrides it later, e.g. for an expected step change).
@@ -43,6 +45,7 @@ from harness.gate.order import ArmOrder, order_arms, reference_note
 from harness.gate.policy import choose_policy
 from harness.gate.regress import (
     IncomparableError,
+    Row,
     RunView,
     Verdict,
     check_comparable,
@@ -125,16 +128,24 @@ def merge_rerun(first: RunView, rerun: RunView) -> RunView:
     )
 
 
+def provisional(row: Row) -> bool:
+    """A row whose class the nightly's rerun decides (module docstring, step 3)."""
+    return row.cls == "suspicious" or (row.cls == "regression" and not row.noise_tested)
+
+
 def confirm(first: Verdict, second: Verdict, rerun_name: str) -> Verdict:
-    """Final classes: suspicious rows of the first pass take the rerun's class."""
+    """Final classes: provisional rows of the first pass take the rerun's class."""
     by_key = {(r.scope, r.point, r.metric): r for r in second.rows}
     rows = []
     for row in first.rows:
         again = by_key.get((row.scope, row.point, row.metric))
-        if row.cls == "suspicious" and again is not None:
-            outcome = {"regression": "breached again", "suspicious": "still in the band"}.get(
-                again.cls, "cleared"
-            )
+        if provisional(row) and again is not None:
+            if row.cls == "regression":
+                outcome = "confirmed" if again.cls == "regression" else "not confirmed"
+            else:
+                outcome = {"regression": "breached again", "suspicious": "still in the band"}.get(
+                    again.cls, "cleared"
+                )
             again.reason = f"rerun {rerun_name}: {outcome}; {again.reason} (first: {row.reason})"
             rows.append(again)
         else:
@@ -146,7 +157,7 @@ def confirm(first: Verdict, second: Verdict, rerun_name: str) -> Verdict:
         first.baseline_runs,
         first.policy,
         rows,
-        [*first.notes, f"suspicious points rerun in {rerun_name}"],
+        [*first.notes, f"provisional points rerun in {rerun_name}"],
     )
 
 
@@ -172,13 +183,11 @@ def judge_arm(
     label = f"history {arm.key} (median of {len(entries)} accepted run(s))"
     baselines = [e.view() for e in entries]
     verdict = evaluate(view_from_run(run), baselines, policy, baseline_label=label)
-    flagged = {
-        r.parallel: r.point for r in verdict.rows if r.cls == "suspicious" and r.scope == "point"
-    }
-    suspicious = [flagged[p] for p in sorted(flagged)]
-    if suspicious:
-        echo(f"{arm.profile}: suspicious at {', '.join(suspicious)}; rerunning those points once")
-        arm.rerun_dir = rerun(suspicious)
+    flagged = {r.parallel: r.point for r in verdict.rows if provisional(r) and r.scope == "point"}
+    labels = [flagged[p] for p in sorted(flagged)]
+    if labels:
+        echo(f"{arm.profile}: provisional at {', '.join(labels)}; rerunning those points once")
+        arm.rerun_dir = rerun(labels)
         second_view = merge_rerun(view_from_run(run), view_from_run(load_run(arm.rerun_dir)))
         second = evaluate(second_view, baselines, policy, baseline_label=label)
         verdict = confirm(verdict, second, arm.rerun_dir.name)

@@ -25,7 +25,9 @@ change counts as an infinite relative change):
       worse side of b (higher-better: CI high < b; lower-better: CI low > b);
    b. a single candidate value against a history of >= 3 accepted runs: it must also lie
       beyond the worst of those runs' values (the history's own spread);
-   a breach that fails a or b is "suspicious" (breached once, within noise)
+   a breach that fails a or b is "suspicious" (breached once, within noise); a breach with
+   neither (one candidate value against fewer than 3 baseline runs) is a regression whose noise
+   was not tested (``Row.noise_tested`` false; the nightly confirms it by a rerun)
 3. s * t <= worse < t                 -> suspicious (close to the threshold)
 4. -worse >= t                        -> improvement
 5. otherwise                          -> ok
@@ -123,6 +125,7 @@ class Judgement:
     change: float | None  # signed relative change (c - b) / |b|
     worse: float | None  # relative change towards worse (positive = worse)
     reason: str
+    noise_tested: bool = True  # False: a breach judged on one value, no noise estimate at hand
 
 
 def relative(delta: float, base: float) -> float:
@@ -157,6 +160,9 @@ def classify(
         noise = _within_noise(baseline, candidate, direction, ci, spread)
         if noise:
             return Judgement("suspicious", change, worse, f"{breach}, but {noise}")
+        if ci is None and spread is None:
+            untested = f"{breach} (one value, fewer than {MIN_HISTORY_FOR_SPREAD} baseline runs)"
+            return Judgement("regression", change, worse, untested, noise_tested=False)
         return Judgement("regression", change, worse, breach)
     if worse >= band * threshold:
         return Judgement(
@@ -215,6 +221,7 @@ class Row:
     floor: float
     cls: str
     reason: str
+    noise_tested: bool = True  # see Judgement.noise_tested
 
 
 @dataclass
@@ -412,6 +419,7 @@ def _point_row(
         rule.floor,
         judged.cls,
         judged.reason,
+        judged.noise_tested,
     )
 
 
@@ -486,6 +494,7 @@ def _curve_rows(
                 rule.floor,
                 judged.cls,
                 judged.reason,
+                judged.noise_tested,
             )
         )
 

@@ -102,3 +102,48 @@ def test_invalid_points_are_an_error_and_rejected(tmp_path: Path):
     assert arm.status == "error" and "c32 is invalid" in arm.error
     assert history.entry("broken").state == "rejected"
     assert NightlyResult("S", "b", {}, [arm]).exit_code == 2
+
+
+def _rerun_writer(tmp_path: Path, step: float, reruns: list[list[str]]):
+    def rerun(labels: list[str]) -> Path:
+        reruns.append(labels)
+        points = [p for p in BLOG_POINTS if f"c{p[0]}" in labels]
+        name = f"confirm{len(reruns)}"
+        rng = np.random.default_rng(11)
+        return write_run(tmp_path, name, rng, points=points, steps={"occupancy": step})
+
+    return rerun
+
+
+def test_a_regression_on_one_value_against_a_short_history_is_confirmed_by_a_rerun(tmp_path: Path):
+    """One baseline run and one repeat give no noise estimate: the breach is provisional."""
+    history = _seed_history(tmp_path, tmp_path / "h.sqlite", nights=1)
+    reruns: list[list[str]] = []
+
+    noisy = write_run(tmp_path, "noisy", np.random.default_rng(3), steps={"occupancy": -0.3})
+    arm = ArmResult("hisparse384", run_dir=noisy)
+    judge_arm(arm, history, POLICY, rerun=_rerun_writer(tmp_path, 0.0, reruns), echo=print)
+    assert reruns == [["c8", "c16", "c24", "c32"]]  # c1, c4 move less than the 0.5-request floor
+    assert arm.status != "regression", arm.verdict.rows
+    occupancy = [r for r in arm.verdict.rows if r.metric == "occupancy" and r.point == "c32"]
+    assert (
+        "not confirmed" in occupancy[0].reason
+        and "fewer than 3 baseline runs" in occupancy[0].reason
+    )
+
+    real = write_run(tmp_path, "real", np.random.default_rng(4), steps={"occupancy": -0.3})
+    arm = ArmResult("hisparse384", run_dir=real)
+    judge_arm(arm, history, POLICY, rerun=_rerun_writer(tmp_path, -0.3, reruns), echo=print)
+    assert len(reruns) == 2 and arm.status == "regression"
+    assert arm.verdict.regressed_metrics() == ["occupancy"]
+    c32 = next(r for r in arm.verdict.rows if r.metric == "occupancy" and r.point == "c32")
+    assert c32.reason.startswith("rerun confirm2: confirmed;"), c32.reason
+
+
+def test_a_breach_beyond_a_long_historys_spread_needs_no_rerun(tmp_path: Path):
+    history = _seed_history(tmp_path, tmp_path / "h.sqlite", nights=3)
+    tonight = write_run(tmp_path, "drop", np.random.default_rng(5), steps={"occupancy": -0.3})
+    arm = ArmResult("hisparse384", run_dir=tonight)
+    judge_arm(arm, history, POLICY, rerun=_no_rerun, echo=print)
+    assert arm.status == "regression" and arm.rerun_dir is None
+    assert all(r.noise_tested for r in arm.verdict.rows)
