@@ -45,6 +45,9 @@ SlurmctldHost=$host
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+# A requeued job waits cred_expire + 1 s before it may start again (default 120 s); the
+# node-failure test requeues one, and on one loopback node 30 s is ample for the old attempt.
+AuthInfo=cred_expire=30
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool
 SlurmctldPidFile=$DIR/slurmctld.pid

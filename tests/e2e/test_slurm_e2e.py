@@ -223,8 +223,8 @@ def test_node_failure_requeues_the_job_and_the_requeued_job_resumes_the_run(
             time.sleep(1)
         assert _job_field(job_id, "Restarts") == "1"
         assert _job_field(job_id, "JobState") == "PENDING"
-        # Slurm holds a requeued job back for ~2 min (BeginTime) so the killed attempt can end
-        # on the node; releasing it early fails the launch ("already running") and holds it.
+        # Slurm holds a requeued job back (BeginTime: cred_expire + 1 s, 31 s in slurm-local) so
+        # the killed attempt can end; releasing it early fails the launch ("already running").
     finally:  # slurm-local's ReturnToService=2 has usually brought the node back already
         _scontrol_node("RESUME", check=False)
     deadline = time.monotonic() + 1200
