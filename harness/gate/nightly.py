@@ -16,7 +16,9 @@ recorded replies runs after that reference arm and is judged against its run of 
    so a single noisy point cannot fail the night). Rerun exactly the points with a provisional
    row once (``only_points``) into ``...-rerun``; the rerun's values replace the first ones and
    each provisional row takes the rerun's class: a breach again -> regression (confirmed),
-   inside the band -> suspicious, otherwise ok (cleared). Other rows keep their class;
+   inside the band -> suspicious, otherwise ok (cleared). Other rows keep their class, and so
+   do curve rows when no point needed a rerun (a curve is not rerun on its own: that would be
+   the whole sweep again);
 4. record the run in the history: ``accepted`` unless its verdict is a regression, the inputs
    were invalid or the sweep failed (then ``rejected``, with the reason; ``repro history accept``
    overrides it later, e.g. for an expected step change).
