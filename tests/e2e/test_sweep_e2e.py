@@ -283,25 +283,33 @@ def test_server_killed_mid_point_is_invalid_and_sweep_continues(cpu_build, tmp_p
     killed: dict[str, object] = {}
 
     def killer() -> None:
+        # Kill once the point has finished a few of its 32 requests. The running gauge is no
+        # trigger: on a fast CPU it reads 0 on most scrapes (a CI run saw 1 non-zero scrape in
+        # the whole point), so a kill when it was last seen non-zero landed after the point.
+        base: float | None = None
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline and "pgid" not in killed:
-            time.sleep(0.2)
+            time.sleep(0.1)
             manifest = tmp_path / "kill" / "manifest.json"
             if not (tmp_path / "kill" / "points" / "p002-n0008-r0" / "client.log").exists():
                 continue
-            base = json.loads(manifest.read_text())["base_url"]
+            base_url = json.loads(manifest.read_text())["base_url"]
             try:
-                text = requests.get(f"{base}/metrics", timeout=2).text
+                text = requests.get(f"{base_url}/metrics", timeout=2).text
             except requests.RequestException:
                 continue
-            running = [
-                ln for ln in text.splitlines() if ln.startswith("vllm:num_requests_running{")
-            ]
-            if running and float(running[0].rsplit(" ", 1)[1]) > 0:
+            done = sum(
+                float(ln.rsplit(" ", 1)[1])
+                for ln in text.splitlines()
+                if ln.startswith("vllm:request_success_total{")
+            )
+            base = done if base is None else base
+            if done >= base + 4:
                 pgid = _server_group(port)
                 if pgid:
                     os.killpg(pgid, signal.SIGKILL)
                     killed["pgid"] = pgid
+                    killed["finished_before_kill"] = done - base
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
@@ -317,6 +325,7 @@ def test_server_killed_mid_point_is_invalid_and_sweep_continues(cpu_build, tmp_p
     )
     thread.join(timeout=5)
     assert "pgid" in killed
+    assert killed["finished_before_kill"] < 32, killed  # the kill landed inside the point
     run = load_run(run_dir)
     assert run.manifest.engine == "vllm" and run.manifest.status == "complete"
     first, second = sorted(run.points, key=lambda p: p.started_at)
