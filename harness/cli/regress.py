@@ -341,7 +341,7 @@ def nightly_cmd(
     executor: str,
     **rest: Any,
 ) -> None:
-    """Build -> sweep each arm -> verdict vs history (suspicious and untested regressed points rerun once) -> claims
+    """Build -> sweep each arm -> verdict vs history (provisional points rerun once) -> claims
     -> dashboard + summary -> history. Exit 2 on errors, 1 on a regression or failed claim.
     An arm whose coherence reference has no recorded replies runs after that reference arm
     (which must then be among --profiles) and is judged against its run of the night.
