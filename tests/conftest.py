@@ -1,7 +1,9 @@
-"""Shared end-to-end fixtures: the real CPU vLLM build, tiny models, session-wide servers.
+"""Shared end-to-end fixtures (the real CPU vLLM build, tiny models, session-wide servers) and
+the suite's plumbing: tiers (tests/support/tiers.py), the server census, per-module time budgets.
 
-e2e tests (marked `e2e`) are never skipped: the `cpu_build` fixture installs the build on first
-use (cached in REPRO_CACHE afterwards, file-locked against concurrent installers).
+e2e tests are never skipped: the `cpu_build` fixture installs the build on first use (cached in
+REPRO_CACHE afterwards, file-locked against concurrent installers). With REPRO_TESTS_REQUIRE_ALL=1
+(as `.ci/run` sets it) any skip is a failure, so a tier cannot pass by not running.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from support import budgets, tiers
+from support.census import ServerCensus
 
 # No hub access, ever, for anything the test session starts.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -19,10 +23,70 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 E2E_TIMEOUT_S = 1800  # a cold build (~2-5 min) plus a few server starts on 2 shared cores
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+_SESSION: list[pytest.Session] = []
+_CENSUS = ServerCensus()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    tiers.register(config)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _SESSION.append(session)
+    _CENSUS.start()
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    tiers.apply(session, items)
     for item in items:
-        if item.get_closest_marker("e2e") and not item.get_closest_marker("timeout"):
+        if item.get_closest_marker("unit") is None and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(E2E_TIMEOUT_S))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if (
+        report.skipped
+        and os.environ.get("REPRO_TESTS_REQUIRE_ALL") == "1"
+        and not hasattr(report, "wasxfail")
+    ):
+        report.outcome = "failed"
+        report.longrepr = f"skipped where REPRO_TESTS_REQUIRE_ALL=1: {report.longrepr}"
+    return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    budgets.record(report)
+    if _SESSION:
+        tiers.after_report(_SESSION[0], report)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    starts = _CENSUS.stop()
+    write = terminalreporter.write_line
+    terminalreporter.section("server starts")
+    write(
+        f"server starts during the session: vllm {starts['vllm']}, sim {starts['sim']} "
+        "(every such process on this machine, subprocesses and Slurm jobs included)"
+    )
+    for line in budgets.report():
+        write(line)
+
+
+@pytest.fixture(scope="session")
+def slurm() -> None:
+    """The local single-node cluster (scripts/slurm-local.sh), started if installed but down."""
+    import subprocess
+
+    from harness.cluster.slurm import INSTALL_HINT, have_slurm
+
+    if not have_slurm():
+        tiers.require("Slurm", f"install it with: {INSTALL_HINT}")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "slurm-local.sh"
+    subprocess.run([str(script), "start"], check=True, timeout=120)
 
 
 @pytest.fixture(scope="session")

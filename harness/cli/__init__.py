@@ -1,30 +1,65 @@
-"""The `repro` command: click wiring only. Each area registers its commands from its own file."""
+"""The `repro` command: click wiring only. Each area registers its commands from its own file,
+imported only when one of its commands runs: `repro sim serve` does not pay for the dashboard,
+the dataset builder and plotly (seconds per invocation)."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
 from harness import __version__
-from harness.cli import (
-    capacity,
-    cluster,
-    coherence,
-    dataset,
-    doctor,
-    launch,
-    regress,
-    report,
-    sim_serve,
-    simulate,
-    sweep,
-    tiny_models,
-)
 from harness.errors import ReproError
 
+# command -> the areas (modules of harness.cli) that register it, in registration order
+AREAS: dict[str, tuple[str, ...]] = {
+    "build": ("launch",),
+    "builds": ("launch",),
+    "capacity": ("capacity",),
+    "claims": ("regress",),
+    "coherence": ("coherence",),
+    "compare": ("report",),
+    "dataset": ("dataset",),
+    "doctor": ("doctor",),
+    "figure": ("report",),
+    "history": ("regress",),
+    "k8s": ("cluster",),
+    "launch": ("launch",),
+    "model": ("tiny_models",),
+    "nightly": ("regress",),
+    "profiles": ("launch",),
+    "regress": ("regress",),
+    "report": ("report",),
+    "runs": ("sweep", "cluster"),  # `runs cancel` joins sweep's `runs` group
+    "sim": ("sim_serve",),
+    "simulate": ("simulate",),
+    "sweep": ("sweep",),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are registered by their area the first time one is needed."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._registered: set[str] = set()
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(AREAS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        for area in AREAS.get(cmd_name, ()):
+            if area not in self._registered:
+                self._registered.add(area)
+                importlib.import_module(f"harness.cli.{area}").register(self)
+        return self.commands.get(cmd_name)
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, prog_name="repro")
 def cli() -> None:
     """Reproduce and watch vLLM's Hybrid HiSparse result (GLM 5.3, 8xH200, OpenHands 13 turns).
@@ -32,23 +67,6 @@ def cli() -> None:
     Flow: profile -> build -> server -> dataset -> sweep points -> /metrics samples ->
     metrics -> figures/dashboards -> compare/regress.
     """
-
-
-for area in (
-    launch,
-    doctor,
-    tiny_models,
-    dataset,
-    sweep,
-    simulate,
-    sim_serve,
-    report,
-    capacity,
-    regress,
-    coherence,
-    cluster,
-):
-    area.register(cli)
 
 
 def main() -> None:

@@ -75,6 +75,28 @@ def sim() -> None:
     help="The process exits (code 3) S wall seconds after start.",
 )
 @click.option(
+    "--die-after-requests",
+    default=None,
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="The process exits (code 3) when stream N+1 arrives (deterministic, unlike --die-after).",
+)
+@click.option(
+    "--metrics-hang-after-requests",
+    default=None,
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="/metrics stops answering once N streams have started.",
+)
+@click.option(
+    "--faults-after-requests",
+    "after_requests",
+    default=0,
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Request faults start after N streams.",
+)
+@click.option(
     "--faults-after",
     "after_s",
     default=0.0,

@@ -4,26 +4,17 @@ refusal is an error in sbatch's words. Skipped, with the install command, withou
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from harness.cli import cli
 from harness.cluster.records import read_record, record_path
-from harness.cluster.slurm import INSTALL_HINT, have_slurm, job_state
+from harness.cluster.slurm import job_state
 from harness.run.console import list_runs
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def slurm():
-    if not have_slurm():
-        pytest.skip(f"Slurm is not installed; install it with: {INSTALL_HINT}")
-    subprocess.run([str(ROOT / "scripts" / "slurm-local.sh"), "start"], check=True, timeout=120)
 
 
 def invoke(*args: str):

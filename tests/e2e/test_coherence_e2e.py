@@ -1,7 +1,7 @@
 """Coherence checks against the real CPU vLLM and the tiny MLA+MTP model (issue 14).
 
-One server at a time (each start ~1-1.5 min on 2 shared cores), stopped before the next:
-the no-MTP reference arm (records the reference, as a store and as a run's replies, also hosts
+One server of this module at a time (each start ~1-1.5 min on 2 shared cores), stopped before
+the next, plus the session's shared MTP server: the no-MTP reference arm (records the reference, as a store and as a run's replies, also hosts
 the needle probe), the MTP arm (must agree exactly and hold acceptance 2.0, by `repro coherence`
 and by a one-point `repro sweep --coherence-against` the reference run), a corrupted copy of the
 weights (must disagree), and an MTP arm whose drafter is negated (must agree, yet fail its
@@ -30,8 +30,6 @@ from harness.results import load_run
 from harness.run.sweep import SweepRequest, run_sweep
 from harness.serve.profiles import LongContextSpec, load_profile
 from harness.serve.server import VllmServer, free_port
-
-pytestmark = pytest.mark.e2e
 
 REFERENCE = "cpu-tiny-mtp-nomtp"
 MTP_DRAFTER = "model.layers.2.eh_proj.weight"  # the MTP layer sits after the 2 main layers
@@ -133,45 +131,45 @@ def test_needle_probe_runs_but_cannot_judge_without_spill(references) -> None:
     assert needle.details["secret"] == plan.secret
 
 
-def test_mtp_arm_agrees_exactly_and_accepts_every_draft(references, launch) -> None:
+def test_mtp_arm_agrees_exactly_and_accepts_every_draft(references, server_factory) -> None:
     store, _ = references
     profile = load_profile("cpu-tiny-mtp")
-    with launch("cpu-tiny-mtp") as server:
-        record = run_check(profile, server.base_url, references_dir=store)
-        cli = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "from harness.cli import main; main()",
-                "coherence",
-                "--profile",
+    server = server_factory("cpu-tiny-mtp")  # the session's MTP server, shared
+    record = run_check(profile, server.base_url, references_dir=store)
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from harness.cli import main; main()",
+            "coherence",
+            "--profile",
+            "cpu-tiny-mtp",
+            "--url",
+            server.base_url,
+            "--references",
+            str(store),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    # a sweep judged against the reference arm's run instead of a recorded store
+    reference_run = store.parent / "reference-run"
+    swept = load_run(
+        run_sweep(
+            SweepRequest(
                 "cpu-tiny-mtp",
-                "--url",
-                server.base_url,
-                "--references",
-                str(store),
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
+                overrides=["sweep.points=[[1,1]]", "sweep.max_tokens=8"],
+                url=server.base_url,
+                out=store.parent,
+                run_id="against-reference-run",
+                coherence_against=str(reference_run),
+            ),
+            echo=lambda _msg: None,
         )
-        # a sweep judged against the reference arm's run instead of a recorded store
-        reference_run = store.parent / "reference-run"
-        swept = load_run(
-            run_sweep(
-                SweepRequest(
-                    "cpu-tiny-mtp",
-                    overrides=["sweep.points=[[1,1]]", "sweep.max_tokens=8"],
-                    url=server.base_url,
-                    out=store.parent,
-                    run_id="against-reference-run",
-                    coherence_against=str(reference_run),
-                ),
-                echo=lambda _msg: None,
-            )
-        )
+    )
     print("mtp arm:", record.reason)
     print("mtp sweep against the reference run:", swept.manifest.coherence.reason)
     assert swept.manifest.coherence_against == str(reference_run.resolve())
@@ -195,7 +193,13 @@ def test_corrupted_weights_disagree_with_the_reference(references, launch, tiny_
     broken = negated_copy(
         tiny_model_path("tiny-dsv3-mtp"), store.parent / "broken-norm", FINAL_NORM
     )
-    overrides = (f"model={broken}", "serve.speculative-config=null", "coherence.acceptance=null")
+    # enforce-eager: broken weights disagree however they are run; compilation is not under test
+    overrides = (
+        f"model={broken}",
+        "serve.speculative-config=null",
+        "coherence.acceptance=null",
+        "serve.enforce-eager=true",
+    )
     profile = load_profile("cpu-tiny-mtp", overrides)
     with launch("cpu-tiny-mtp", overrides) as server:
         record = run_check(profile, server.base_url, references_dir=store)

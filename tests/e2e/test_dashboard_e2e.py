@@ -16,8 +16,6 @@ from harness.cli.sweep import write_run_report
 from harness.results import load_run
 from harness.run.sweep import SweepRequest, run_sweep
 
-pytestmark = pytest.mark.e2e
-
 
 def test_report_compare_and_figure_on_real_sweeps(
     server_factory, tmp_path: Path, monkeypatch

@@ -22,8 +22,6 @@ from harness.errors import ServerError
 from harness.serve.profiles import load_profile
 from harness.serve.server import VllmServer, free_port, group_and_descendants, port_is_free
 
-pytestmark = pytest.mark.e2e
-
 FAST = ("serve.enforce-eager=true",)  # skip torch.compile: ~27 s starts for lifecycle tests
 
 

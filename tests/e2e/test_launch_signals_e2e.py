@@ -15,11 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from harness.serve.server import free_port, group_and_descendants, port_is_free
-
-pytestmark = pytest.mark.e2e
 
 READY_S = 900.0
 

@@ -22,12 +22,16 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.e2e
-
 DEGRADE = ("--set", "serve.num-gpu-blocks-override=16", "--set", "serve.max-model-len=1920")
+POLICY = Path(__file__).with_name("nightly-policy.yaml")  # scheduler-side metrics, beyond noise
+# Every night: no compilation (each night starts its own server; compiling is not under test),
+# replies long enough that a c4 point's requests overlap (its occupancy then rests on many
+# scrapes, not on the few that catch a transition).
+EVERY_NIGHT = ("--set", "serve.enforce-eager=true", "--set", "sweep.max_tokens=128")
 
 
 def _repro(env: dict[str, str], *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -70,6 +74,9 @@ def nights(tmp_path_factory: pytest.TempPathFactory) -> dict:
             str(root / "results"),
             "--summary",
             str(summary),
+            "--policy",
+            str(POLICY),
+            *EVERY_NIGHT,
             *extra,
         )
         data = json.loads(summary.with_suffix(".json").read_text()) if summary.exists() else None
@@ -122,7 +129,15 @@ def test_regress_cli_on_the_real_runs(nights: dict):
     # Run against run, one value each: no noise estimate and no rerun, so a noisy CPU point may
     # breach here; the CLI must judge exactly as the nightly's first pass did.
     same = _repro(
-        env, "regress", "--candidate", runs["rerun"], "--baseline", runs["first"], "--json"
+        env,
+        "regress",
+        "--candidate",
+        runs["rerun"],
+        "--baseline",
+        runs["first"],
+        "--policy",
+        str(POLICY),
+        "--json",
     )
     cli = json.loads(same.stdout)
     assert same.returncode == cli["exit_code"] == (1 if cli["status"] == "regression" else 0)
@@ -133,7 +148,15 @@ def test_regress_cli_on_the_real_runs(nights: dict):
     for row in first_pass:
         assert classes[(row["point"], row["metric"])] == row["cls"], row
     worse = _repro(
-        env, "regress", "--candidate", runs["degraded"], "--baseline", runs["first"], "--json"
+        env,
+        "regress",
+        "--candidate",
+        runs["degraded"],
+        "--baseline",
+        runs["first"],
+        "--policy",
+        str(POLICY),
+        "--json",
     )
     assert worse.returncode == 1, worse.stdout + worse.stderr
     verdict = json.loads(worse.stdout)

@@ -1,10 +1,15 @@
-"""CPU parity against the real server: fit the simulator's step cost on an unpressured real
-sweep, predict a pressured real sweep (cpu-tiny-pressure: 16 blocks of 128 tokens), and hold
-the prediction to issue 12's targets. One server start per profile, three short points."""
+"""CPU parity against the real server, as a functional test: fit the simulator's step cost on an
+unpressured real sweep, predict a pressured real sweep (cpu-tiny-pressure: 16 blocks of 128
+tokens) through `repro simulate parity`, and check what is deterministic: the pressure is real,
+the prediction is reproducible and bounded by the pool, and the report shows it. How close the
+prediction comes (a tolerance band over repeated points) is measured by
+benchmarks/bench_sim_parity.py, not here: one CPU point varies run to run. Shared servers."""
 
 from __future__ import annotations
 
-import pytest
+import json
+from pathlib import Path
+
 from click.testing import CliRunner
 
 from harness.cli import cli
@@ -12,9 +17,11 @@ from harness.report.dashboard import write_report
 from harness.results import load_run
 from harness.run.sweep import SweepRequest, run_sweep
 from harness.sim.parity import fit_cpu_cost
-from harness.sim.parity_run import format_rows, parity_rows, target_misses
+from harness.sim.parity_run import format_rows, parity_rows
 
-pytestmark = pytest.mark.e2e
+
+def _metrics(point_json: Path) -> dict:
+    return json.loads(point_json.read_text())["metrics"]
 
 
 def _sweep(server, profile: str, points: str, out, run_id: str, extra: tuple[str, ...] = ()):
@@ -38,7 +45,7 @@ def test_simulator_predicts_the_pressured_cpu_server(server_factory, tmp_path):
     pressured = _sweep(
         server_factory("cpu-tiny-pressure"),
         "cpu-tiny-pressure",
-        "[[8,48]]",
+        "[[8,16]]",
         tmp_path,
         "p16",
         ("sweep.max_tokens=128", "sweep.scrape_interval_s=0.2"),
@@ -58,15 +65,22 @@ def test_simulator_predicts_the_pressured_cpu_server(server_factory, tmp_path):
     assert [r.label for r in rows] == ["c8"]
     table = format_rows(rows)
     # The pressure is real: fewer running than configured, requests queue behind the pool.
-    measured = rows[0].measured
+    measured, predicted = rows[0].measured, rows[0].predicted
     assert measured["occupancy"] < 8 and measured["waiting_max"] >= 1, table
     # 4th turn: 528 + 3 x (60 + re-sent excess) + 3 x 128 prompt + 128 reply > 7 blocks of 128,
     # so 15 usable blocks hold one such request.
     assert rows[0].static_limit == 1
-    # One measured point varies run to run (same server, same data: -16 % to +7 % against one
-    # prediction over four 16-48-request points), so a single point is held to 25 %; the 15 %
-    # target is for benchmarks/bench_sim_parity.py over repeated points.
-    assert target_misses(rows, occupancy_tolerance=0.25) == [], table
+    # The simulated pool is the real one: the prediction queues too, and never runs more than
+    # the pool could hold for the earlier, shorter turns (15 blocks of 128: at most 4 admitted).
+    assert 0 < predicted["occupancy"] <= 4 and predicted["waiting_max"] >= 1, table
+    # The prediction is deterministic: predicting the same run again gives the same records.
+    again = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "sim2")])
+    assert again.exit_code == 0, again.output
+    first_points = sorted((sim_dir / "points").glob("*/point.json"))
+    second_points = sorted((tmp_path / "sim2" / "sim-p16" / "points").glob("*/point.json"))
+    assert [p.parent.name for p in first_points] == [p.parent.name for p in second_points]
+    for a, b in zip(first_points, second_points, strict=True):
+        assert _metrics(a) == _metrics(b)
 
     page = write_report([pressured], predicted=[sim_dir], out=tmp_path / "r.html")
     html = page.read_text(encoding="utf-8")

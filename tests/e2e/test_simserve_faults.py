@@ -58,7 +58,8 @@ def test_metrics_hang_is_recorded_as_scrape_gaps(tmp_path):
 
 def test_server_death_mid_sweep_restarts_it(tmp_path):
     log = []
-    # dies a few seconds into the first point; the sweep restarts it for the second
+    # dies as the first point's 5th stream arrives (a count, not seconds: the same request on
+    # any machine); the sweep restarts it for the second
     run = load_run(
         run_sweep(
             SweepRequest(
@@ -70,7 +71,7 @@ def test_server_death_mid_sweep_restarts_it(tmp_path):
                 out=tmp_path,
                 run_id="die",
                 port=free_port(),
-                sim_args=["--die-after=12"],
+                sim_args=["--die-after-requests=4"],
             ),
             echo=log.append,
         )

@@ -13,27 +13,16 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from harness.cluster.records import read_record, record_path
-from harness.cluster.slurm import INSTALL_HINT, have_slurm
 from harness.results import load_run, read_manifest
 from harness.run.sweep import SweepRequest, run_sweep
-from harness.serve.server import free_port
-
-pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 REPRO = [sys.executable, "-c", "from harness.cli import main; main()"]
 SMALL = ["--set", "sweep.points=[[1,1],[2,2]]", "--set", "sweep.max_tokens=16"]
-
-
-@pytest.fixture(scope="module")
-def slurm():
-    """The local cluster, started if it is installed but down; skipped when not installed."""
-    if not have_slurm():
-        pytest.skip(f"Slurm is not installed; install it with: {INSTALL_HINT}")
-    subprocess.run([str(ROOT / "scripts" / "slurm-local.sh"), "start"], check=True, timeout=120)
+# A job that launches its own server does so without compilation (not what these tests are
+# about); the jobs that do not need a server of their own attach to the session's.
+EAGER = ["--set", "serve.enforce-eager=true"]
 
 
 def repro(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
@@ -54,13 +43,14 @@ def line_of(listing: str, run_id: str) -> str:
     return line
 
 
-def test_sweep_job_is_a_local_run_plus_job_facts(cpu_build, slurm, tmp_path):
+def test_sweep_job_is_a_local_run_plus_job_facts(server_factory, slurm, tmp_path):
     out = tmp_path / "results"
-    sweep = [*SMALL, "--out", str(out), "--no-report", "--profile", "cpu-tiny"]
+    url = server_factory("cpu-tiny").base_url  # the same server for the job and the local run
+    sweep = [*SMALL, "--out", str(out), "--no-report", "--profile", "cpu-tiny", "--url", url]
     done = repro("sweep", *sweep, "--executor", "slurm", "--run-id", "job")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     local = run_sweep(
-        SweepRequest("cpu-tiny", overrides=SMALL[1::2], out=out, run_id="local", port=free_port()),
+        SweepRequest("cpu-tiny", overrides=SMALL[1::2], out=out, run_id="local", url=url),
         echo=lambda _m: None,
     )
     job_run, local_run = load_run(out / "job"), load_run(local)
@@ -101,10 +91,14 @@ def _wait_for(path: Path, proc: subprocess.Popen | None, timeout: float) -> None
         time.sleep(1)
 
 
-def test_cancel_running_job_then_resume_it_as_a_new_job(cpu_build, slurm, tmp_path):
+def test_cancel_running_job_then_resume_it_as_a_new_job(server_factory, slurm, tmp_path):
     out = tmp_path / "results"
+    url = server_factory("cpu-tiny").base_url
     sets = ["--set", "sweep.points=[[1,1],[2,2],[4,4]]", "--set", "sweep.max_tokens=16"]
+    # 30 s between points: the job is surely still running when the first point is seen
+    sets += ["--set", "sweep.sleep_between_points_s=30"]
     args = ["--profile", "cpu-tiny", *sets, "--out", str(out), "--run-id", "cut", "--no-report"]
+    args += ["--url", url]
     done = repro("sweep", *args, "--executor", "slurm", "--no-wait", timeout=120)
     assert done.returncode == 0, done.stderr
     run = out / "cut"
@@ -137,12 +131,13 @@ def test_cancel_running_job_then_resume_it_as_a_new_job(cpu_build, slurm, tmp_pa
     assert final.manifest.created_at == first.created_at
 
 
-def test_time_limit_leaves_the_run_failed_with_slurms_reason(cpu_build, slurm, tmp_path):
+def test_time_limit_leaves_the_run_failed_with_slurms_reason(server_factory, slurm, tmp_path):
     out = tmp_path / "results"
+    url = server_factory("cpu-tiny").base_url
     # Two minutes: enough for the checks that come before the run directory (preflight, dataset)
-    # even on loaded cores, never enough for the sweep (server start, then 45 s between points).
+    # even on loaded cores, never enough for the sweep (150 s between points).
     args = ["--profile", "cpu-tiny", "--out", str(out), "--run-id", "slow", "--no-report"]
-    args += ["--set", "sweep.sleep_between_points_s=45"]
+    args += ["--set", "sweep.sleep_between_points_s=150", "--url", url]
     done = repro("sweep", *args, "--executor", "slurm", "--slurm-time", "2")
     assert done.returncode != 0
     assert "TIMEOUT (TimeLimit)" in done.stdout + done.stderr
@@ -165,7 +160,7 @@ def test_nightly_runs_its_arms_as_one_job_array(cpu_build, slurm, tmp_path):
     summary = root / "night.md"
     command = [
         *REPRO, "nightly", "--profiles", "cpu-tiny,cpu-tiny-mtp", "--build", "cpu-0.32.0",
-        *SMALL, "--out", str(root / "results"), "--summary", str(summary), "--no-dashboard",
+        *SMALL, *EAGER, "--out", str(root / "results"), "--summary", str(summary), "--no-dashboard",
         "--executor", "slurm",
     ]  # fmt: skip
     done = subprocess.run(
@@ -206,7 +201,8 @@ def test_node_failure_requeues_the_job_and_the_requeued_job_resumes_the_run(
     out = tmp_path / "results"
     sets = ["--set", "sweep.points=[[1,1],[2,2],[4,4]]", "--set", "sweep.max_tokens=16"]
     args = ["--profile", "cpu-tiny", *sets, "--out", str(out), "--run-id", "node", "--no-report"]
-    args += ["--set", "sweep.sleep_between_points_s=10"]
+    # its own server: the failed node takes it down, and the requeued job must start another
+    args += ["--set", "sweep.sleep_between_points_s=10", *EAGER]
     done = repro("sweep", *args, "--executor", "slurm", "--no-wait", timeout=120)
     assert done.returncode == 0, done.stderr
     run = out / "node"

@@ -16,14 +16,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import requests
 from procs import children
+from support.counters import wait_for_finished
 
 from harness.errors import RunError
 from harness.results import load_run
 from harness.run.sweep import SweepRequest, run_sweep
-
-pytestmark = pytest.mark.e2e
 
 QUIET = {"echo": lambda _msg: None}
 
@@ -283,40 +281,30 @@ def test_server_killed_mid_point_is_invalid_and_sweep_continues(cpu_build, tmp_p
     killed: dict[str, object] = {}
 
     def killer() -> None:
-        # Kill once the point has finished a few of its 32 requests. The running gauge is no
-        # trigger: on a fast CPU it reads 0 on most scrapes (a CI run saw 1 non-zero scrape in
-        # the whole point), so a kill when it was last seen non-zero landed after the point.
-        base: float | None = None
+        # Kill once the point has finished 4 of its 32 requests (a counted event). The running
+        # gauge is no trigger: on a fast CPU it reads 0 on most scrapes (a CI run saw 1 non-zero
+        # scrape in the whole point), so a kill when it was last seen non-zero landed after it.
         deadline = time.monotonic() + 900
-        while time.monotonic() < deadline and "pgid" not in killed:
-            time.sleep(0.1)
-            manifest = tmp_path / "kill" / "manifest.json"
-            if not (tmp_path / "kill" / "points" / "p002-n0008-r0" / "client.log").exists():
-                continue
-            base_url = json.loads(manifest.read_text())["base_url"]
-            try:
-                text = requests.get(f"{base_url}/metrics", timeout=2).text
-            except requests.RequestException:
-                continue
-            done = sum(
-                float(ln.rsplit(" ", 1)[1])
-                for ln in text.splitlines()
-                if ln.startswith("vllm:request_success_total{")
-            )
-            base = done if base is None else base
-            if done >= base + 4:
-                pgid = _server_group(port)
-                if pgid:
-                    os.killpg(pgid, signal.SIGKILL)
-                    killed["pgid"] = pgid
-                    killed["finished_before_kill"] = done - base
+        client_log = tmp_path / "kill" / "points" / "p002-n0008-r0" / "client.log"
+        while not client_log.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        base_url = json.loads((tmp_path / "kill" / "manifest.json").read_text())["base_url"]
+        base = wait_for_finished(base_url, 0)
+        done = wait_for_finished(base_url, base + 4)
+        while "pgid" not in killed and time.monotonic() < deadline:
+            pgid = _server_group(port)  # None while a /proc entry is unreadable: look again
+            if pgid:
+                os.killpg(pgid, signal.SIGKILL)
+                killed["pgid"] = pgid
+                killed["finished_before_kill"] = done - base
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
     run_dir = run_sweep(
         SweepRequest(
             "cpu-tiny",
-            overrides=["sweep.points=[[2,8],[1,2]]"],
+            # enforce-eager: two starts (the first and the restart) without compilation
+            overrides=["sweep.points=[[2,8],[1,2]]", "serve.enforce-eager=true"],
             out=tmp_path,
             run_id="kill",
             port=port,

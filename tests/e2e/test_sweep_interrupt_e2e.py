@@ -12,13 +12,11 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from procs import children, group_alive
+from support.counters import wait_for_finished
 
 from harness.results import load_run
 from harness.serve.server import free_port
-
-pytestmark = pytest.mark.e2e
 
 REPRO = [str(Path(sys.executable).parent / "repro")]  # the console script a user runs
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -35,6 +33,12 @@ def _sweep_until_client_runs(tmp_path: Path, run_id: str) -> tuple[subprocess.Po
         "cpu-tiny",
         "--set",
         "sweep.points=[[1,2],[2,4]]",
+        # 256-token replies: after the trigger below, the point still has seconds of requests
+        # ahead of it, so the interrupt lands mid-point on any machine
+        "--set",
+        "sweep.max_tokens=256",
+        "--set",
+        "serve.enforce-eager=true",  # compilation is not what these tests are about
         "--out",
         str(tmp_path / "results"),
         "--run-id",
@@ -59,7 +63,10 @@ def _sweep_until_client_runs(tmp_path: Path, run_id: str) -> tuple[subprocess.Po
         time.sleep(0.5)
     assert sweep.poll() is None, log_path.read_text()[-3000:]
     assert set(groups) == {"server", "client"}
-    time.sleep(2)  # requests in flight
+    # Interrupt once the point's client has finished 2 of its 8 requests (a count, not a sleep)
+    base_url = f"http://127.0.0.1:{port}"
+    started = wait_for_finished(base_url, 0)
+    wait_for_finished(base_url, started + 2)
     return sweep, groups, log_path
 
 

@@ -14,8 +14,6 @@ from harness.serve.tiny import ensure_model, resolve_model
 from harness.serve.tiny.models import MODEL_FILES, build_model
 from harness.serve.tiny.tokenizer import TOKENIZER_FILES
 
-pytestmark = pytest.mark.e2e
-
 
 def file_hashes(directory: Path) -> dict[str, str]:
     return {

@@ -4,6 +4,8 @@ fault schedules and the client-time rescaling of the run layer."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -72,6 +74,32 @@ def test_fault_fractions_are_exact_and_deterministic():
     assert not FaultState(Faults(fail_rate=0.5, after_s=3600)).fail_request()
     with pytest.raises(ConfigError, match="fail-rate"):
         Faults(fail_rate=1.5)
+
+
+def test_count_triggered_faults_land_on_the_same_stream_every_time():
+    state = FaultState(Faults(fail_rate=1.0, after_requests=3, metrics_hang_after_requests=5))
+    seen = []
+    for _ in range(6):
+        state.stream_started()
+        seen.append((state.fail_request(), state.metrics_hang()))
+    # streams 1-3 are spared, 4 on fail; /metrics hangs from the 5th stream on
+    assert seen == [(False, False)] * 3 + [(True, False)] + [(True, True)] * 2
+    with pytest.raises(ConfigError, match="die-after-requests"):
+        Faults(die_after_requests=-1)
+
+
+def test_the_server_dies_as_the_stream_after_the_nth_arrives():
+    code = (
+        "from harness.sim.serve.faults import Faults, FaultState\n"
+        "state = FaultState(Faults(die_after_requests=2))\n"
+        "for n in range(3):\n"
+        "    print(n, flush=True)\n"
+        "    state.stream_started()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 3 and done.stdout.split() == ["0", "1", "2"]
 
 
 def test_client_times_are_rescaled_by_k():

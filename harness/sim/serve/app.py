@@ -100,6 +100,8 @@ class Routes:
         if body.get("model") not in (None, self.s.model):
             return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
         # Faults hit streams only: readiness and the harness's warm-ups are not streamed.
+        if body.get("stream"):
+            self.s.faults.stream_started()
         if body.get("stream") and self.s.faults.fail_request():
             return _error(
                 500, "injected failure (repro sim serve --fail-rate)", "InternalServerError"

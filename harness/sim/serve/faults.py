@@ -3,7 +3,12 @@
 Request-level faults are deterministic (the n-th chat request fails when floor((n+1) f) >
 floor(n f)), so a run with a fraction f fails exactly round(N f) of N requests, the same ones
 every time. They hit streaming requests only (a benchmark client streams; readiness checks and
-the harness's warm-ups do not), and none during the first `after_s` wall seconds.
+the harness's warm-ups do not), and none during the first `after_s` wall seconds or the first
+`after_requests` streams.
+
+Process-level faults can be timed in wall seconds or, for tests whose verdict must not depend on
+the machine's speed, by counted events: the server dies (or /metrics hangs) when a given number
+of streams have started, so the fault lands at the same request of a point on any machine.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ class Faults:
     metrics_hang_after_s: float | None = None  # /metrics never answers from then on
     die_after_s: float | None = None  # the process exits (code 3) at this wall time
     after_s: float = 0.0  # request faults start this many wall seconds after start
+    die_after_requests: int | None = None  # exits (code 3) as stream N+1 arrives
+    metrics_hang_after_requests: int | None = None  # /metrics hangs once N streams started
+    after_requests: int = 0  # request faults start after this many streams
 
     def __post_init__(self) -> None:
         for key in ("fail_rate", "truncate_rate"):
@@ -34,6 +42,10 @@ class Faults:
             value = getattr(self, key)
             if value is not None and value < 0:
                 raise ConfigError(f"--{key.replace('_', '-')} {value!r}: must be >= 0")
+        for key in ("die_after_requests", "metrics_hang_after_requests", "after_requests"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or value < 0):
+                raise ConfigError(f"--{key.replace('_', '-')} {value!r}: must be an integer >= 0")
 
     @property
     def any(self) -> bool:
@@ -42,6 +54,8 @@ class Faults:
             or self.truncate_rate
             or self.metrics_hang_after_s is not None
             or self.die_after_s is not None
+            or self.die_after_requests is not None
+            or self.metrics_hang_after_requests is not None
         )
 
 
@@ -55,14 +69,26 @@ class FaultState:
         self.t0 = time.monotonic()
         self._n_fail = 0
         self._n_trunc = 0
+        self.streams = 0  # streaming chat requests seen
         self._lock = threading.Lock()
         if faults.die_after_s is not None:
             timer = threading.Timer(faults.die_after_s, lambda: os._exit(3))
             timer.daemon = True
             timer.start()
 
+    def stream_started(self) -> None:
+        """Count a streaming chat request; the server dies here if told to after N streams."""
+        with self._lock:
+            self.streams += 1
+            seen = self.streams
+        limit = self.faults.die_after_requests
+        if limit is not None and seen > limit:
+            os._exit(3)
+
     def _armed(self) -> bool:
-        return time.monotonic() - self.t0 >= self.faults.after_s
+        return time.monotonic() - self.t0 >= self.faults.after_s and (
+            not self.faults.after_requests or self.streams > self.faults.after_requests
+        )
 
     def fail_request(self) -> bool:
         if not self.faults.fail_rate or not self._armed():
@@ -80,4 +106,7 @@ class FaultState:
 
     def metrics_hang(self) -> bool:
         after = self.faults.metrics_hang_after_s
-        return after is not None and time.monotonic() - self.t0 >= after
+        if after is not None and time.monotonic() - self.t0 >= after:
+            return True
+        streams = self.faults.metrics_hang_after_requests
+        return streams is not None and self.streams >= streams

@@ -155,6 +155,7 @@ def serve(opts: ServeOptions, *, host: str, port: int, echo: Any = print) -> Non
 
     from harness.sim.serve.app import make_app
 
+    _check_bindable(host, port)  # before the dataset is encoded (minutes on a cold cache)
     try:
         state = build_state(opts)
     except EngineRefused as exc:
@@ -172,3 +173,16 @@ def serve(opts: ServeOptions, *, host: str, port: int, echo: Any = print) -> Non
     web.run_app(
         make_app(state), host=host, port=port, print=echo, access_log=None, shutdown_timeout=2.0
     )
+
+
+def _check_bindable(host: str, port: int) -> None:
+    """A host that does not resolve or a port that is taken fails at once (OSError)."""
+    import socket
+
+    for family, kind, proto, _name, address in socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM
+    ):
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+        return
