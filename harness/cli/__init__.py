@@ -24,7 +24,7 @@ AREAS: dict[str, tuple[str, ...]] = {
     "doctor": ("doctor",),
     "figure": ("report",),
     "history": ("regress",),
-    "k8s": ("cluster",),
+    "k8s": ("sweep", "cluster"),  # cluster registers after sweep: it extends `runs`
     "launch": ("launch",),
     "model": ("tiny_models",),
     "nightly": ("regress",),
