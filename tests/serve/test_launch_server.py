@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -139,9 +138,9 @@ def test_stubborn_group_is_killed(tmp_path: Path, fake_build: BuildEnv) -> None:
     server.start()
     group = group_and_descendants(server.pid, server.pid)
     assert len(group) >= 2  # the (exec'd) fake server and its grandchild
-    t0 = time.monotonic()
     server.stop()
-    assert time.monotonic() - t0 < 15
+    # the stubborn fake ignores SIGINT and SIGTERM: a dead group shows the escalation to SIGKILL
+    # (how long it took is the machine's business; pytest-timeout bounds a hang)
     assert pids_alive(group) == set()
 
 
