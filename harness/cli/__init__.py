@@ -10,7 +10,9 @@ import sys
 import click
 
 from harness import __version__
+from harness.cli.gate import install
 from harness.errors import ReproError
+from harness.names import for_terminal
 
 # command -> the areas (modules of harness.cli) that register it, in registration order
 AREAS: dict[str, tuple[str, ...]] = {
@@ -53,7 +55,10 @@ class LazyGroup(click.Group):
             if area not in self._registered:
                 self._registered.add(area)
                 importlib.import_module(f"harness.cli.{area}").register(self)
-        return self.commands.get(cmd_name)
+        command = self.commands.get(cmd_name)
+        if command is not None:
+            install(command)  # every name and path option is checked while parsing
+        return command
 
 
 @click.group(
@@ -69,19 +74,25 @@ def cli() -> None:
     """
 
 
+def _printable(message: object) -> str:
+    """An error message as the terminal shows it: its lines kept, every control character in
+    them (a run id or a path read from a file) escaped."""
+    return "\n".join(for_terminal(line) for line in str(message).split("\n"))
+
+
 def main() -> None:
     try:
         # standalone_mode=False returns ctx.exit() codes instead of exiting: propagate them.
         result = cli.main(standalone_mode=False)
     except ReproError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {_printable(exc)}", err=True)
         sys.exit(exc.exit_code)
     except OSError as exc:
         # a file the user named cannot be read or written (read-only file system, no such
         # folder, permission): one line naming the path, never a traceback; exit 2 like any
         # error, since 1 means "regression" / "incoherent" / "claim failed" to a gate
         where = f"{exc.filename}: " if exc.filename else ""
-        click.echo(f"error: {where}{exc.strerror or exc}", err=True)
+        click.echo(f"error: {_printable(where)}{exc.strerror or exc}", err=True)
         sys.exit(2)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)

@@ -25,10 +25,11 @@ def doctor_cmd(profile_name: str, port: int | None, url: str | None, as_json: bo
 
     Each check is ok/warn/fail/skip; a failing one says what to do. Exit status 1 on any fail.
     """
-    from harness.serve.doctor import preflight
+    from harness.serve.doctor import preflight, url_check
     from harness.serve.profiles import load_profile
 
-    checks = preflight(load_profile(profile_name), url=url, port=port)
+    profile = load_profile(profile_name)
+    checks = ([url_check(url)] if url is not None else []) + preflight(profile, url=url, port=port)
     failed = [c for c in checks if c.status == "fail"]
     if as_json:
         data = {"profile": profile_name, "ok": not failed, "checks": [c.as_dict() for c in checks]}

@@ -16,12 +16,21 @@ PORT = click.IntRange(1, 65535)  # else a bad port is a traceback from bind() af
 
 class FiniteFloat(click.ParamType):
     """A float that is a number: nan and inf are refused (click's float takes them, and they
-    reach arithmetic that either raises or prints nonsense); optionally at most ``maximum``."""
+    reach arithmetic that either raises or prints nonsense); optionally at most ``maximum``,
+    at least ``minimum``, and above ``above`` (an open lower bound, e.g. a time scale > 0)."""
 
     name = "FLOAT"
 
-    def __init__(self, maximum: float | None = None) -> None:
+    def __init__(
+        self,
+        maximum: float | None = None,
+        *,
+        minimum: float | None = None,
+        above: float | None = None,
+    ) -> None:
         self.maximum = maximum
+        self.minimum = minimum
+        self.above = above
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
@@ -34,6 +43,10 @@ class FiniteFloat(click.ParamType):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         if self.maximum is not None and number > self.maximum:
             self.fail(f"{value!r} is more than {self.maximum:,.0f}", param, ctx)
+        if self.minimum is not None and number < self.minimum:
+            self.fail(f"{value!r} is less than {self.minimum:g}", param, ctx)
+        if self.above is not None and not number > self.above:
+            self.fail(f"{value!r} must be more than {self.above:g}", param, ctx)
         return number
 
 

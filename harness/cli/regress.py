@@ -359,11 +359,13 @@ def nightly_cmd(
         # after every arm has run
         load_claims(claims_path)
     if engine == "sim":
+        from harness.cli.gate import given
+
         unused = {
             "--build": build,
             "--policy": policy,
             "--set": overrides,
-            "--db": history_path,
+            "--db": given("history_path"),  # REPRO_HISTORY set for the vllm nightly is fine
             "--executor slurm": executor != "local",
         }
         bad = [name for name, value in unused.items() if value]

@@ -7,8 +7,15 @@ from typing import Any
 
 import click
 
-from harness.cli.options import FINITE, PORT, flag, overrides_option, path_option, text_option
+from harness.cli.options import PORT, FiniteFloat, flag, overrides_option, path_option, text_option
 from harness.errors import ReproError
+
+# Ranges of the numeric options. A time scale of 0 or less has no meaning (time stands or runs
+# back); above 100 the engine thread cannot keep pace with virtual time on any machine the
+# harness targets (bench_simserve: K=4 already moves c8 occupancy by a third).
+TIME_SCALE = FiniteFloat(100.0, above=0.0)
+FRACTION = FiniteFloat(1.0, minimum=0.0)  # a rate: the share of requests or streams hit
+SECONDS = FiniteFloat(30 * 86400.0, minimum=0.0)  # at most 30 days, never negative
 
 
 def register(group: click.Group) -> None:
@@ -28,7 +35,7 @@ def sim() -> None:
     "--time-scale",
     "time_scale",
     default=None,
-    type=FINITE,
+    type=TIME_SCALE,
     metavar="K",
     help="Virtual time runs K x faster than the wall clock [default: 2].",
 )
@@ -51,18 +58,18 @@ def sim() -> None:
 @flag(
     "--reasoning-field", help="Stream the reply as delta.reasoning (vLLM with a reasoning parser)."
 )
-@click.option("--fail-rate", default=0.0, type=FINITE, help="Fraction of requests -> HTTP 500.")
+@click.option("--fail-rate", default=0.0, type=FRACTION, help="Fraction of requests -> HTTP 500.")
 @click.option(
     "--truncate-rate",
     default=0.0,
-    type=FINITE,
+    type=FRACTION,
     help="Fraction of streams cut after half their tokens.",
 )
 @click.option(
     "--metrics-hang-after",
     "metrics_hang_after_s",
     default=None,
-    type=FINITE,
+    type=SECONDS,
     metavar="S",
     help="/metrics stops answering S wall seconds after start.",
 )
@@ -70,7 +77,7 @@ def sim() -> None:
     "--die-after",
     "die_after_s",
     default=None,
-    type=FINITE,
+    type=SECONDS,
     metavar="S",
     help="The process exits (code 3) S wall seconds after start.",
 )
@@ -100,7 +107,7 @@ def sim() -> None:
     "--faults-after",
     "after_s",
     default=0.0,
-    type=FINITE,
+    type=SECONDS,
     metavar="S",
     help="Request faults start S wall seconds after start.",
 )
@@ -114,7 +121,8 @@ def serve_cmd(host: str, port: int, **options: Any) -> None:
 
     # The fault options are named after Faults' fields, the rest after ServeOptions'.
     faults = Faults(**{f.name: options.pop(f.name) for f in fields(Faults)})
-    options["time_scale"] = options["time_scale"] or DEFAULT_TIME_SCALE
+    if options["time_scale"] is None:  # `or` would turn a given 0 into the default
+        options["time_scale"] = DEFAULT_TIME_SCALE
     try:
         serve(ServeOptions(**options, faults=faults), host=host, port=port, echo=click.echo)
     except OSError as exc:

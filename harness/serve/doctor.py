@@ -376,6 +376,35 @@ def port_check(profile: Profile, port: int | None, url: str | None) -> Check:
     )
 
 
+def url_check(url: str) -> Check:
+    """Attach mode: the URL is a well-formed http(s)://host[:port] and its /health answers 200
+    (a doctor that passes a dead or mistyped URL only moves the failure to the sweep)."""
+    from urllib.parse import urlparse
+
+    import requests
+
+    from harness.serve.endpoints import loopback_session
+
+    remedy = "start the server, or pass the URL it listens on (http://HOST:PORT)"
+    try:
+        parsed = urlparse(url)  # raises on "http://[::1" (an unclosed IPv6 bracket)
+        parsed.port  # noqa: B018 - raises on a non-numeric or out-of-range port
+        well_formed = parsed.scheme in ("http", "https") and bool(parsed.hostname)
+    except ValueError:
+        well_formed = False
+    if not well_formed:
+        return Check("server", "fail", f"--url {url!r}: not an http(s)://HOST:PORT URL", remedy)
+    base = url.rstrip("/").removesuffix("/v1")
+    try:
+        status = loopback_session().get(f"{base}/health", timeout=HUB_TIMEOUT_S).status_code
+    except requests.RequestException as exc:
+        reason = type(exc).__name__
+        return Check("server", "fail", f"{base}/health did not answer ({reason})", remedy)
+    if status != 200:
+        return Check("server", "fail", f"{base}/health answered HTTP {status}", remedy)
+    return Check("server", "ok", f"{base}/health answered 200")
+
+
 def preflight(
     profile: Profile,
     *,

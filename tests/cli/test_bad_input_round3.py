@@ -1,0 +1,194 @@
+"""Issue 26, third round of hostile input: one gate for every name, records that cannot lie,
+servers that shed load. Each case is a one-line error (exit 2) before any work, a reader that
+degrades instead of dying, or escaped output; never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import cli
+from harness.cli.gate import NAME_LISTS, NAMES, is_guarded, is_text_param, walk
+
+
+@pytest.fixture
+def free_loopback_server() -> Iterator[str]:
+    """A server on a free loopback port whose /health answers 200."""
+
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+REPRO = [sys.executable, "-c", "from harness.cli import main; main()"]
+
+
+def repro(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **env}
+    return subprocess.run(
+        [*REPRO, *args], capture_output=True, text=True, timeout=timeout, env=full_env, check=False
+    )
+
+
+def one_error_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """Exit 2, no traceback, and exactly one `error:`/`Error:` line holding every needle."""
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    lines = [x for x in result.stderr.splitlines() if x.lower().startswith("error: ")]
+    assert len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def _text_params() -> list[tuple[tuple[str, ...], click.Parameter]]:
+    found = []
+    for path, command in walk(cli):
+        for param in command.params:
+            if is_text_param(param):
+                found.append((path, param))
+    return found
+
+
+def _argv(path: tuple[str, ...], param: click.Parameter, value: str) -> list[str]:
+    if isinstance(param, click.Option):
+        return [*path, param.opts[0], value]
+    return [*path, value]
+
+
+TEXT_PARAMS = _text_params()
+IDS = [" ".join(p) + " " + (q.opts[0] if isinstance(q, click.Option) else q.name or "")
+       for p, q in TEXT_PARAMS]  # fmt: skip
+
+
+# ------------------------------------------------------------------ item 1: one name gate
+
+
+def test_the_walk_finds_the_commands_with_path_and_name_options() -> None:
+    words = {" ".join(p) for p, _ in TEXT_PARAMS}
+    assert {"sweep", "simulate", "simulate parity", "report", "runs list", "regress"} <= words
+    assert len(TEXT_PARAMS) > 80 and all(is_guarded(param) for _, param in TEXT_PARAMS)
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every place a command could write points into an empty folder."""
+    for var in ("REPRO_RESULTS", "REPRO_DASHBOARDS", "REPRO_CACHE"):
+        monkeypatch.setenv(var, str(tmp_path / var.lower()))
+    monkeypatch.setenv("REPRO_HISTORY", str(tmp_path / "history.sqlite"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("path", "param"), TEXT_PARAMS, ids=IDS)
+@pytest.mark.parametrize("value", ["a\x1b[2Jb", "x\ny", "bad\udcffbytes"], ids=["esc", "nl", "b"])
+def test_every_text_option_refuses_control_characters_before_any_work(
+    path: tuple[str, ...], param: click.Parameter, value: str, sandbox: Path
+) -> None:
+    if param.name == "pad_text" and value == "x\ny":
+        pytest.skip("--pad-text is multi-line text by definition")  # its NUL/escape cases run
+    result = CliRunner().invoke(cli, _argv(path, param, value))
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    assert "Invalid value for" in result.output, result.output
+    reasons = ("control character", "not valid UTF-8", "a name is letters", "does not exist")
+    assert any(reason in result.output for reason in reasons), result.output
+    assert "\x1b" not in result.output  # the message shows the value escaped
+    assert sorted(p.name for p in sandbox.iterdir()) == []  # nothing written, nothing created
+
+
+NAME_PARAMS = [(p, q) for p, q in TEXT_PARAMS if q.name in NAMES | NAME_LISTS]
+
+
+@pytest.mark.parametrize(("path", "param"), NAME_PARAMS, ids=lambda x: str(x))
+@pytest.mark.parametrize(
+    "value", ["../x", "/abs/path", ".hidden", "a b", "<b>x</b>", "x" * 129, "c1,../c8", "`x`"]
+)
+def test_every_name_option_takes_only_safe_names(
+    path: tuple[str, ...], param: click.Parameter, value: str, sandbox: Path
+) -> None:
+    result = CliRunner().invoke(cli, _argv(path, param, value))
+    assert result.exit_code == 2 and "a name is letters, digits" in result.output, result.output
+
+
+def test_simulate_run_id_cannot_leave_out(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    for args in (
+        ["simulate", "--profile", "hisparse384", "--points", "c1", "--run-id", "../escaped"],
+        ["simulate", "parity", "--fit", str(tmp_path), "--run", str(tmp_path),
+         "--run-id", str(tmp_path / "abs")],
+    ):  # fmt: skip
+        one_error_line(repro(*args, "--out", str(out)), "--run-id", "a name is letters")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_error_messages_print_control_characters_escaped(tmp_path: Path) -> None:
+    # a run folder whose manifest names a hostile run id: the error shows it escaped
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text('{"schema_version": "repro.run/1", "run_id": "\\u001b[2J"}')
+    result = repro("runs", "show", str(run), timeout=60)
+    assert result.returncode == 2 and "\x1b" not in result.stderr, result.stderr
+
+
+# ------------------------------------------------------------------ item 5: checks that check
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1", "htp:/nowhere", "http://[::1", "http://h:x"])
+def test_doctor_url_fails_for_a_dead_or_malformed_url(url: str) -> None:
+    result = repro("doctor", "--url", url, timeout=60)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "FAIL server:" in result.stdout and "all checks pass" not in result.stdout
+
+
+def test_doctor_url_passes_for_a_live_server(free_loopback_server: str) -> None:
+    result = repro("doctor", "--url", free_loopback_server, "--json", timeout=60)
+    assert '"name": "server"' in result.stdout and '"status": "ok"' in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "needle"),
+    [
+        ("--time-scale", "0", "must be more than 0"),
+        ("--time-scale", "-1", "must be more than 0"),
+        ("--time-scale", "1e9", "is more than 100"),
+        ("--fail-rate", "1.5", "is more than 1"),
+        ("--truncate-rate", "-0.1", "is less than 0"),
+        ("--die-after", "-5", "is less than 0"),
+        ("--faults-after", "-1", "is less than 0"),
+        ("--metrics-hang-after", "1e300", "is more than"),
+    ],
+)
+def test_sim_serve_numbers_have_ranges(option: str, value: str, needle: str) -> None:
+    # before: --time-scale 0 served at 2 (0 is falsy), the others were taken as given
+    args = ["sim", "serve", "--profile", "hisparse384", "--port", "1", option, value]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2 and needle in result.output, result.output
+
+
+def test_nightly_sim_is_not_refused_for_repro_history_only(tmp_path: Path) -> None:
+    db = str(tmp_path / "h.sqlite")
+    # --reason without --accept is the next check: reaching it proves --db was not refused
+    result = repro("nightly", "--engine", "sim", "--reason", "x", REPRO_HISTORY=db, timeout=60)
+    one_error_line(result, "--reason: only with --accept")
+    result = repro("nightly", "--engine", "sim", "--db", db, timeout=60)
+    one_error_line(result, "--db: not used by --engine sim")
