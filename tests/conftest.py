@@ -23,6 +23,8 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 E2E_TIMEOUT_S = 1800  # a cold build (~2-5 min) plus a few server starts on 2 shared cores
 
 
+pytest_plugins = ["pytester"]  # tests/test_tiers.py runs inner sessions with the tier plugin
+
 _SESSION: list[pytest.Session] = []
 _CENSUS = ServerCensus()
 

@@ -49,8 +49,15 @@ ROOT = Path(__file__).resolve().parents[2]
 UNIT_FAILED = pytest.StashKey[list[str]]()
 
 
+def _relative(item: pytest.Item) -> str:
+    path = Path(str(item.path)).resolve()
+    if path.is_relative_to(ROOT):
+        return path.relative_to(ROOT).as_posix()
+    return path.relative_to(Path(str(item.config.rootpath)).resolve()).as_posix()
+
+
 def tier_of(item: pytest.Item) -> str:
-    rel = Path(str(item.path)).resolve().relative_to(ROOT).as_posix()
+    rel = _relative(item)
     fixtures = set(getattr(item, "fixturenames", ()))
     by_module = MODULE_TIERS.get(rel)
     if by_module == "slurm" or fixtures & SLURM_FIXTURES:

@@ -1,0 +1,101 @@
+"""Every collected test gets exactly one tier, from what it uses (tests/support/tiers.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from support import tiers
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _item(path: str, *fixtures: str):
+    return SimpleNamespace(path=ROOT / path, fixturenames=list(fixtures))
+
+
+@pytest.mark.parametrize(
+    ("path", "fixtures", "tier"),
+    [
+        ("tests/analysis/test_x.py", (), "unit"),
+        ("tests/serve/test_doctor.py", ("cpu_build",), "e2e"),  # a unit folder, the real build
+        ("tests/e2e/test_sweep_e2e.py", ("tmp_path",), "e2e"),
+        ("tests/e2e/test_slurm_e2e.py", ("server_factory", "slurm"), "slurm"),
+        ("tests/cluster/test_slurm_jobs.py", (), "slurm"),
+        ("tests/report/test_dashboard_browser.py", (), "browser"),
+        ("tests/e2e/test_simserve_blog.py", (), "simhttp"),
+        ("tests/simserve/test_simserve_units.py", (), "unit"),
+    ],
+)
+def test_tier_follows_fixtures_and_paths(path: str, fixtures: tuple[str, ...], tier: str):
+    assert tiers.tier_of(_item(path, *fixtures)) == tier
+
+
+def test_this_session_tiered_every_item(request: pytest.FixtureRequest):
+    items = request.session.items
+    assert items
+    for item in items:
+        marks = [t for t in tiers.TIERS if item.get_closest_marker(t) is not None]
+        assert len(marks) == 1, (item.nodeid, marks)
+
+
+def test_collection_order_puts_the_unit_tier_first(request: pytest.FixtureRequest):
+    order = [
+        next(t for t in tiers.TIERS if item.get_closest_marker(t)) for item in request.session.items
+    ]
+    assert order == sorted(order, key=tiers.TIERS.index)
+
+
+INNER_CONFTEST = f"""
+import sys
+sys.path.insert(0, {str(ROOT / "tests")!r})
+from support import tiers
+
+_SESSION = []
+
+def pytest_configure(config):
+    tiers.register(config)
+
+def pytest_sessionstart(session):
+    _SESSION.append(session)
+
+def pytest_collection_modifyitems(session, config, items):
+    tiers.apply(session, items)
+
+def pytest_runtest_logreport(report):
+    tiers.after_report(_SESSION[0], report)
+"""
+
+
+def _inner(pytester: pytest.Pytester, unit_body: str) -> pytest.RunResult:
+    pytester.makeconftest(INNER_CONFTEST)
+    pytester.mkdir("tests")
+    pytester.mkdir("tests/e2e")
+    (pytester.path / "tests" / "e2e" / "test_server.py").write_text("def test_e2e():\n    pass\n")
+    (pytester.path / "tests" / "test_fast.py").write_text(
+        f"def test_one():\n    {unit_body}\n\ndef test_two():\n    pass\n"
+    )
+    return pytester.runpytest("-p", "no:cacheprovider", "-v", "--strict-markers")
+
+
+def test_a_unit_failure_stops_the_run_before_the_slow_tiers(pytester: pytest.Pytester):
+    result = _inner(pytester, "assert False")
+    result.assert_outcomes(failed=1, passed=1)  # both unit tests ran; the e2e test did not
+    result.stdout.fnmatch_lines(["*1 unit test(s) failed; the simhttp/browser/e2e/slurm tiers*"])
+    assert "test_e2e" not in result.stdout.str()
+
+
+def test_the_slow_tiers_run_after_a_clean_unit_tier(pytester: pytest.Pytester):
+    result = _inner(pytester, "pass")
+    result.assert_outcomes(passed=3)
+    lines = [ln for ln in result.stdout.lines if "PASSED" in ln]
+    assert "test_e2e" in lines[-1]  # collected first (alphabetically), run last
+
+
+def test_a_hand_marked_tier_that_contradicts_the_rule_is_refused(pytester: pytest.Pytester):
+    pytester.makeconftest(INNER_CONFTEST)
+    pytester.makepyfile(test_marked="import pytest\n\n@pytest.mark.e2e\ndef test_x():\n    pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*marked 'e2e' by hand but its tier is 'unit'*"])
