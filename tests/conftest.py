@@ -63,7 +63,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     budgets.record(report)
     if _SESSION:
-        tiers.after_report(_SESSION[0], report)
+        tiers.record(_SESSION[0], report)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    tiers.stop_after_unit_tier(item, nextitem)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

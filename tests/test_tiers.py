@@ -64,7 +64,10 @@ def pytest_collection_modifyitems(session, config, items):
     tiers.apply(session, items)
 
 def pytest_runtest_logreport(report):
-    tiers.after_report(_SESSION[0], report)
+    tiers.record(_SESSION[0], report)
+
+def pytest_runtest_teardown(item, nextitem):
+    tiers.stop_after_unit_tier(item, nextitem)
 """
 
 

@@ -77,7 +77,12 @@ def register(config: pytest.Config) -> None:
 
 
 def apply(session: pytest.Session, items: list[pytest.Item]) -> None:
-    """Mark each item with exactly one tier and order the run by tier (stable within a tier)."""
+    """Mark each item with exactly one tier and order the run by tier (stable within a tier).
+
+    Under pytest-xdist (`--dist loadgroup`) each item also gets a group: the tests that share
+    the session's servers (or the Slurm cluster) stay on one worker, every other module on one
+    worker, so a module's expensive fixtures are set up once."""
+    grouped = session.config.pluginmanager.hasplugin("xdist")
     tiers = {}
     for item in items:
         tier = tier_of(item)
@@ -88,32 +93,40 @@ def apply(session: pytest.Session, items: list[pytest.Item]) -> None:
                     "(tiers are applied from fixtures and paths: tests/support/tiers.py)"
                 )
         item.add_marker(getattr(pytest.mark, tier))
+        if grouped:
+            item.add_marker(pytest.mark.xdist_group(_group(item, tier)))
         tiers[item.nodeid] = tier
     items.sort(key=lambda it: TIERS.index(tiers[it.nodeid]))
     session.stash[UNIT_FAILED] = []
-    last_unit = [it for it in items if tiers[it.nodeid] == "unit"]
-    session.config.stash[_LAST_UNIT] = last_unit[-1].nodeid if last_unit else ""
-    session.config.stash[_HAS_OTHER] = any(tiers[it.nodeid] != "unit" for it in items)
 
 
-_LAST_UNIT = pytest.StashKey[str]()
-_HAS_OTHER = pytest.StashKey[bool]()
+def _group(item: pytest.Item, tier: str) -> str:
+    if tier == "slurm" or set(getattr(item, "fixturenames", ())) & SHARED_SERVER_FIXTURES:
+        return "shared-servers"
+    return item.nodeid.split("::", 1)[0]
 
 
-def after_report(session: pytest.Session, report: pytest.TestReport) -> None:
-    """Stop before the slow tiers when the unit tier failed."""
-    failed = session.stash.get(UNIT_FAILED, [])
+SHARED_SERVER_FIXTURES = {"server_factory", "shared_server"}
+
+
+def record(session: pytest.Session, report: pytest.TestReport) -> None:
     if report.failed and "unit" in report.keywords:
-        failed.append(report.nodeid)
-    config = session.config
+        session.stash.setdefault(UNIT_FAILED, []).append(report.nodeid)
+
+
+def stop_after_unit_tier(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Once the unit tier is over (for this process), stop if a unit test failed: the slow
+    tiers are not worth running on a broken commit. Under xdist, the worker stops and the
+    controller then stops the others."""
+    failed = item.session.stash.get(UNIT_FAILED, [])
     if (
-        report.when == "teardown"
-        and report.nodeid == config.stash.get(_LAST_UNIT, "")
-        and failed
-        and config.stash.get(_HAS_OTHER, False)
+        failed
+        and item.get_closest_marker("unit") is not None
+        and nextitem is not None
+        and nextitem.get_closest_marker("unit") is None
         and os.environ.get("REPRO_TESTS_CONTINUE_AFTER_UNIT_FAILURE") != "1"
     ):
-        session.shouldstop = (
+        item.session.shouldstop = (
             f"{len(failed)} unit test(s) failed; the simhttp/browser/e2e/slurm tiers were not "
             "run (REPRO_TESTS_CONTINUE_AFTER_UNIT_FAILURE=1 runs them anyway)"
         )
