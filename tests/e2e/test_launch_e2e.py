@@ -169,7 +169,7 @@ def test_server_killed_mid_request_is_reported(cpu_build, tmp_path: Path) -> Non
         os.kill(server.pid, signal.SIGKILL)  # the API server dies with a request in flight
         client.join(180)
         assert not client.is_alive()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120  # a bound for a hang, not a speed verdict
         while server.alive() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not server.alive()

@@ -184,5 +184,9 @@ def _check_bindable(host: str, port: int) -> None:
     ):
         with socket.socket(family, kind, proto) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(address)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                reason = (exc.strerror or str(exc)).lower()
+                raise OSError(exc.errno, f"cannot bind {address!r}: {reason}") from None
         return
