@@ -52,7 +52,7 @@ def sim() -> None:
 @path_option(
     "--calibration",
     dir_okay=False,
-    help="Simulator calibration, e.g. launch/calibrations/glm53-h200.yaml [default: roofline defaults, as repro simulate].",
+    help="Simulator calibration file, or none for the roofline defaults [default: the one fitted for the profile's model and GPU, as repro simulate].",
 )
 @overrides_option("serve. profile override, or sim.PARAM=VALUE (repeatable).")
 @flag(

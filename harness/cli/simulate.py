@@ -41,7 +41,7 @@ def _fmt(value: float | None, spec: str) -> str:
 @path_option(
     "--calibration",
     dir_okay=False,
-    help="Calibration file (launch/calibrations/*.yaml) [default: roofline defaults].",
+    help="Calibration file, or none for the roofline defaults [default: the launch/calibrations/ file fitted for the profile's model and GPU; a run without one is labelled uncalibrated].",
 )
 @overrides_option("serve./sweep. profile override, or sim.PARAM=VALUE (repeatable).")
 @click.option(
@@ -97,6 +97,7 @@ def simulate(
             f"{_fmt(m.get('throughput_per_gpu'), '9.0f')} "
             f"{_fmt(m.get('preemptions'), '7.0f')} {_fmt(m.get('waiting_mean'), '7.1f')}"
         )
+    click.echo(f"calibration: {load_run(run_dir).manifest.notes[-1].removeprefix('calibration: ')}")
     click.echo(str(run_dir))
 
 

@@ -18,6 +18,7 @@ from harness.capacity.formulas import capacity_at
 from harness.capacity.model import ModelSpec, find_model_for
 from harness.config import read_yaml
 from harness.errors import ConfigError
+from harness.paths import REPO_ROOT
 from harness.sim.cost import FIT_PARAMS, Roofline
 from harness.sim.engine import Engine
 from harness.sim.facts import compute_facts, gpu_facts
@@ -55,6 +56,10 @@ SPEC_METHODS = {"mtp"}
 DEFAULT_GPU = "h200"
 
 
+INTERVAL_METRICS = ("occupancy", "interactivity", "throughput_per_gpu")
+Z80 = 1.2816  # two-sided 80 % interval of a normal: +-1.2816 sigma
+
+
 @dataclass(frozen=True)
 class Calibration:
     model: str
@@ -82,6 +87,12 @@ def load_calibration(path: Path) -> Calibration:
         if not isinstance(data.get(key), str):
             raise ConfigError(f"{path}: {key}: required (the model/GPU it was fitted for)")
     kv = data.get("kv_gib_per_gpu")
+    sigma = (data.get("intervals") or {}).get("sigma_log") or {}
+    for key, value in sigma.items():
+        if key not in INTERVAL_METRICS or not isinstance(value, int | float) or value < 0:
+            raise ConfigError(
+                f"{path}: intervals.sigma_log.{key}: {value!r} is not a metric's sigma"
+            )
     return Calibration(
         data["model"],
         data["gpu"],
@@ -90,6 +101,43 @@ def load_calibration(path: Path) -> Calibration:
         Path(path),
         data,
     )
+
+
+CALIBRATIONS_DIR = REPO_ROOT / "launch" / "calibrations"
+NO_CALIBRATION = "none"  # `--calibration none`: the roofline defaults, asked for explicitly
+UNCALIBRATED = "uncalibrated (roofline defaults)"
+
+
+def find_calibration(model: str, gpu: str, directory: Path = CALIBRATIONS_DIR) -> Path | None:
+    """The calibration fitted for this model and GPU (first by file name), or None."""
+    for path in sorted(directory.glob("*.yaml")):
+        data = read_yaml(path, "calibration file")
+        if isinstance(data, dict) and (data.get("model"), data.get("gpu")) == (model, gpu):
+            return path
+    return None
+
+
+def resolve_calibration(
+    spec: Path | str | None, model_id: str, gpu: str | None = None
+) -> Calibration | None:
+    """What a run uses: a named file; `none` (roofline defaults); or, unnamed, the calibration
+    that matches the profile's model and GPU (None, i.e. uncalibrated, when none does)."""
+    if spec is not None and str(spec) == NO_CALIBRATION and not Path(spec).is_file():
+        return None
+    if spec is not None:
+        return load_calibration(Path(spec))
+    model = find_model_for(model_id)
+    if model is None:
+        return None  # setup_from_profile names the missing model file
+    found = find_calibration(model.name, gpu or DEFAULT_GPU)
+    return load_calibration(found) if found else None
+
+
+def calibration_label(cal: Calibration | None) -> str:
+    """How a run names its step cost in summaries, reports and figure labels."""
+    if cal is None or cal.path is None:
+        return UNCALIBRATED
+    return f"calibrated ({cal.path.name})"
 
 
 @dataclass
@@ -111,6 +159,19 @@ class SimSetup:
     policy_args: dict[str, Any]
     served_model_name: str
     facts: dict[str, Any]
+    # log-space sigma per metric from the calibration (None: uncalibrated, no interval)
+    interval_sigma: dict[str, float] | None = None
+
+    def interval80(self, metrics: dict[str, Any]) -> dict[str, list[float]] | None:
+        """80 % prediction interval of each headline metric: value x exp(+-1.2816 sigma)."""
+        if not self.interval_sigma:
+            return None
+        out = {}
+        for name, sigma in self.interval_sigma.items():
+            value = metrics.get(name)
+            if isinstance(value, int | float) and value > 0:
+                out[name] = [value * math.exp(-Z80 * sigma), value * math.exp(Z80 * sigma)]
+        return out
 
     def with_params(self, **params: float) -> SimSetup:
         return replace(self, roofline=replace(self.roofline, **params))
@@ -266,7 +327,15 @@ def setup_from_profile(
     if kv_override is None and calibration is not None:
         kv_override = calibration.kv_gib_per_gpu
     host_gib = _host_pool_gib(where, serve)
+    cf = compute_facts(model.name, where)
+    util = serve.get("gpu-memory-utilization", model.gpu_memory_utilization)
     try:
+        if kv_override is None:  # the calculator's budget counts no MTP module: subtract it
+            base = make_deployment(
+                model, gpu=gpu, tp=tp, dp=dp, kv_dtype=dtype, gpu_memory_utilization=util
+            ).kv_gib_per_gpu
+            kv_override = base - (cf.mtp_params / tp / GIB if spec else 0.0)
+        kv_override = mtp_kv_gib(model, dtype, kv_override, spec, cf, tp)
         dep = make_deployment(
             model,
             gpu=gpu,
@@ -275,9 +344,7 @@ def setup_from_profile(
             kv_dtype=dtype,
             max_seqs=max_seqs,
             spec_tokens=spec if host_gib is not None else None,
-            gpu_memory_utilization=serve.get(
-                "gpu-memory-utilization", model.gpu_memory_utilization
-            ),
+            gpu_memory_utilization=util,
             kv_gib_per_gpu=kv_override,
         )
     except ConfigError as exc:
@@ -286,7 +353,7 @@ def setup_from_profile(
     policy, pool, policy_args = _pools(dep, rows, host_gib, _connector(where, serve))
     if "num-gpu-blocks-override" in serve:
         pool = _int(where, "serve.num-gpu-blocks-override", serve["num-gpu-blocks-override"])
-    roof = _roofline(model, dtype, gpu_facts(gpu, where), compute_facts(model.name, where), tp)
+    roof = _roofline(model, dtype, gpu_facts(gpu, where), cf, tp)
     roof.spec_tokens = spec
     for key, value in fitted.items():
         if key not in FIT_PARAMS:
@@ -330,7 +397,13 @@ def setup_from_profile(
         policy_args=policy_args,
         served_model_name=profile.served_model_name,
         facts=facts,
+        interval_sigma=_interval_sigma(calibration),
     )
+
+
+def _interval_sigma(cal: Calibration | None) -> dict[str, float] | None:
+    sigma = ((cal.data.get("intervals") or {}).get("sigma_log") if cal else None) or None
+    return {k: float(v) for k, v in sigma.items()} if sigma else None
 
 
 def _refuse_like_vllm(
@@ -430,14 +503,21 @@ def _roofline(model: ModelSpec, dtype: str, gf: Any, cf: Any, tp: int) -> Roofli
         hbm_tbps=gf.hbm_tbps,
         fp8_tflops=gf.fp8_tflops,
         pcie_gbps=gf.pcie_gbps,
-        allreduce_ms=2 * arch.num_layers * gf.allreduce_us_per_layer / 1000.0,
-        mtp_draft_ms=cf.mtp_draft_ms,
+        nvlink_gbps=gf.nvlink_gbps,
+        allreduce_us=gf.allreduce_us,
+        num_layers=arch.num_layers,
+        moe_layers=cf.moe_layers,
+        indexer_layers=arch.indexer_full_layers,
+        hidden_size=cf.hidden_size,
+        vocab_size=cf.vocab_size,
         shared_gib=model.weights.shared_gib,
         routed_gib=model.weights.routed_experts_gib,
         ep_shards=tp,
         n_experts=arch.n_routed_experts,
         experts_per_token=cf.experts_per_token,
+        expert_params=cf.expert_params,
         active_params=cf.active_params,
+        indexer_params=cf.indexer_params,
         row_bytes=layout.host_block_bytes // bt.host,
         indexer_row_bytes=layout.indexer_bytes_per_token_layer * arch.indexer_full_layers,
         attn_flops_per_row=2.0
@@ -450,6 +530,25 @@ def _roofline(model: ModelSpec, dtype: str, gf: Any, cf: Any, tp: int) -> Roofli
         * arch.indexer_full_layers,
         spec_tokens=0,
     )
+
+
+def mtp_kv_gib(model: ModelSpec, dtype: str, kv_gib: float, spec: int, cf: Any, tp: int) -> float:
+    """The KV budget per GPU in the capacity model's block bytes, per MTP mode.
+
+    vLLM sizes the pool after loading the weights, the MTP module's among them (FP8, 1 B per
+    parameter, a 1/TP share per rank), and gives the MTP layer its own latent and indexer KV in
+    every block (one more sparse-MLA layer). `kv_gib` is the MTP server's budget (what a
+    calibration fits, and what its start-up log states): without MTP the module's weights are
+    free memory; with it, every block is one layer wider than the calculator's, so the same bytes
+    hold fewer calculator blocks.
+    """
+    layout = model.layout(dtype)  # type: ignore[arg-type]
+    if not spec:
+        return kv_gib + cf.mtp_params / tp / GIB
+    per_token = model.architecture.num_layers * layout.latent_bytes_per_token_layer
+    per_token += model.architecture.indexer_full_layers * layout.indexer_bytes_per_token_layer
+    extra = layout.latent_bytes_per_token_layer + layout.indexer_bytes_per_token_layer
+    return kv_gib * per_token / (per_token + extra)
 
 
 def split_overrides(overrides: Sequence[str]) -> tuple[list[str], dict[str, float]]:

@@ -1,7 +1,12 @@
-"""Step time: a roofline over the batch (default) or a linear table fitted to measured steps.
+"""Step time from the hardware's limits (default), or a linear table fitted to measured steps.
 
-Every constant of the roofline is a field of `Roofline` (sim.md section 5); the six that a
-calibration may fit are listed in `FIT_PARAMS` with their physical bounds.
+A step is one forward of the target model over every scheduled token, plus, with MTP, the
+drafter's one-layer forwards (`Roofline.step_time`). Each kernel group of a layer takes the
+larger of a latency floor and its bytes / HBM bandwidth or FLOPs / peak, so that at batch 1 the
+step is latency-bound (a 4-token verify costs little more than a 1-token decode) and at a large
+batch it is bandwidth-bound (the expert weights touched grow with the tokens). Every constant
+comes from the capacity model file and `facts.py`; the free parameters, their bounds and their
+physical meaning are `FIT_PARAMS` / `PARAM_MEANING` (written into every calibration file).
 """
 
 from __future__ import annotations
@@ -11,6 +16,12 @@ from dataclasses import dataclass, fields
 from harness.sim.scheduler import Scheduled
 
 GIB = 2**30
+# vLLM runs a TP8 sparse-MLA prefill through the FP8 *decode* kernel (mixed batch mode: the BF16
+# prefill kernel would pad 8 heads per rank to 128; vLLM `v1/attention/backends/mla/
+# flashmla_sparse.py`), so every prefill token gathers its top-K rows like a decode query.
+SERVED_ROW_BYTES = 656  # fp8_ds_mla row: 512 B latent + 16 B scales + 128 B bf16 RoPE (sim.md 3)
+LOGIT_BYTES = 8  # the indexer's fp32 logit per (query, key): written, then read by the top-K
+NVLINK_EFF = 0.8  # NCCL all-reduce bus bandwidth / NVLink peak, fixed (not fitted)
 
 
 @dataclass
@@ -22,8 +33,10 @@ class StepStats:
     prefill_tokens: int = 0
     attn_rows: int = 0  # top-K rows read by decoding requests
     indexer_rows: int = 0  # indexer keys scanned by decoding requests
+    indexer_pairs: int = 0  # (query, key) logits of decoding requests
     prefill_attn_rows: int = 0  # sum over prefill tokens of min(position, top-K)
     prefill_indexer_rows: int = 0  # sum over prefill tokens of their position
+    prefill_indexer_keys: int = 0  # indexer keys a prefill chunk reads (its whole context)
     offloaded_rows: int = 0  # top-K rows wanted by requests with host-only history
     staged_rows: int = 0  # host-only history rows a HiSparse prefill chunk stages first
 
@@ -37,36 +50,55 @@ def step_stats(batch: list[Scheduled], *, topk: int, verify_width: int) -> StepS
             if item.req.offloaded:
                 s.staged_rows += ctx
             s.prefill_indexer_rows += n * ctx + n * (n - 1) // 2
+            s.prefill_indexer_keys += ctx + n
             below = max(0, min(n, topk - ctx))  # tokens whose position is still < top-K
             s.prefill_attn_rows += below * ctx + below * (below - 1) // 2 + (n - below) * topk
         else:
             s.decode_reqs += 1
             s.decode_tokens += n
-            rows = min(ctx, topk * verify_width)
-            s.attn_rows += rows
+            s.attn_rows += min(ctx, topk * verify_width)
             s.indexer_rows += ctx
+            s.indexer_pairs += n * ctx
             if item.req.offloaded:
                 s.offloaded_rows += topk * n
     return s
 
 
-# Fittable: name -> (low, high). Bounds are physical: efficiencies of peak, a miss fraction, an
-# MTP acceptance length for 3 drafts, a fixed per-step overhead in ms.
+# Parameters a calibration may set -> (low, high): physical bounds (issue 24: HBM 0.6-0.9 of the
+# datasheet bandwidth, prefill >= 0.15 of FP8 peak, MTP3 acceptance 1-4).
 FIT_PARAMS: dict[str, tuple[float, float]] = {
-    "hbm_eff": (0.3, 0.95),
-    "prefill_eff": (0.02, 0.6),
-    "pcie_eff": (0.02, 0.9),
-    "miss_rate": (0.0, 0.6),
+    "hbm_eff": (0.6, 0.9),
+    "prefill_eff": (0.15, 0.6),
+    "kernel_floor_us": (2.0, 60.0),
+    "step_overhead_ms": (0.0, 5.0),
     "acceptance_length": (1.0, 4.0),
-    "step_overhead_ms": (0.0, 20.0),
-    # Bytes of one offloaded block in the served layout / the calculator's block bytes: the
-    # FP8 row with scales is 656 B, not 576 (sim.md 3), and cache groups may be padded.
-    "host_bytes_scale": (1.0, 2.0),
-    # KV budget per GPU, GiB: the calculator's 17.8 (15 GiB runtime reserve) up to the
-    # roofline estimate 33.6 (6 GiB reserve); vLLM's start-up log states the real one (sim.md 3).
+    "miss_rate": (0.0, 0.6),
+    "pcie_eff": (0.3, 0.9),
+    # Served bytes of an offloaded block / the calculator's (47,700 B/token): from the
+    # fp8_ds_mla rows with the MTP layer (79 x 656 + 22 x 132 = 54,728 B: 1.15) up to every
+    # indexer layer's page padded to the MLA page (101 x 656 = 66,256 B: 1.39), as a KV cache
+    # manager that unifies page sizes across layers would store them.
+    "host_bytes_scale": (1.0, 1.45),
+    # KV budget per GPU of the server as configured (its MTP layer and weights included), GiB:
+    # the calculator's 17.8 (15 GiB runtime reserve) up to the roofline's 33.6 (6 GiB reserve).
     "kv_gib_per_gpu": (15.0, 34.0),
+    # API server before the engine: chat template, tokenising the whole re-sent history, hashing
+    # its blocks; per prompt token (a fast tokenizer alone is ~1 us/token).
+    "frontend_us_per_token": (0.5, 10.0),
 }
 CONFIG_PARAMS = ("kv_gib_per_gpu",)  # applied when the pools are sized, not in the step cost
+PARAM_MEANING: dict[str, str] = {
+    "hbm_eff": "achieved / datasheet HBM bandwidth for weight and KV streams",
+    "prefill_eff": "achieved / dense FP8 peak for the GEMMs of a large (prefill) batch",
+    "kernel_floor_us": "latency floor of one kernel group (launch + a batch-1 kernel), us",
+    "step_overhead_ms": "host time per step not hidden by the GPU (schedule, sample, prepare)",
+    "acceptance_length": "mean tokens emitted per MTP3 verify step (check: spec-decode counters)",
+    "miss_rate": "fraction of a host-resident request's top-K rows copied from host per step",
+    "pcie_eff": "achieved / datasheet PCIe bandwidth for host-to-device copies",
+    "host_bytes_scale": "served bytes of an offloaded block / the calculator's (47,700 B/token)",
+    "kv_gib_per_gpu": "KV cache budget per GPU with MTP3 (vLLM's start-up log states it), GiB",
+    "frontend_us_per_token": "API-server time per prompt token before the engine sees it, us",
+}
 
 
 @dataclass
@@ -77,32 +109,39 @@ class Roofline:
     hbm_tbps: float
     fp8_tflops: float
     pcie_gbps: float
-    allreduce_ms: float
-    mtp_draft_ms: float
-    shared_gib: float
+    nvlink_gbps: float  # per direction per GPU
+    allreduce_us: float  # latency of one small TP all-reduce
+    num_layers: int
+    moe_layers: int
+    indexer_layers: int
+    hidden_size: int
+    vocab_size: int
+    shared_gib: float  # weights every rank holds a 1/TP share of (attention, dense, embeddings)
     routed_gib: float
     ep_shards: int
     n_experts: int
     experts_per_token: int
+    expert_params: float
     active_params: float
-    row_bytes: int  # latent bytes per token, all layers
+    indexer_params: float  # per indexer layer; replicated on every rank
+    row_bytes: int  # latent bytes per token, all layers (the calculator's host layout)
     indexer_row_bytes: int  # indexer key bytes per token, all indexer layers
-    attn_flops_per_row: float  # per query token per top-K row, all layers
+    attn_flops_per_row: float  # per query token per top-K row, all layers, all heads
     indexer_flops_per_row: float  # per query token per scanned key, all indexer layers
     spec_tokens: int
-    # fitted (FIT_PARAMS)
+    # parameters (FIT_PARAMS); defaults are sim.md 5's starting values
     hbm_eff: float = 0.8
     prefill_eff: float = 0.4
-    pcie_eff: float = 0.8
-    miss_rate: float = 0.2
+    kernel_floor_us: float = 10.0
+    step_overhead_ms: float = 1.0
     acceptance_length: float = 2.8
-    step_overhead_ms: float = 0.0
-    host_bytes_scale: float = 1.0
-    # Not fitted: time before the engine sees a request (HTTP, chat template, tokenising the
-    # whole re-sent history), per prompt token. Estimate: ~1 us/token for a fast tokenizer plus
-    # as much again for templating and the API server (sim.md 2: the gauge reads below the
-    # client's in-flight count for this reason).
-    frontend_us_per_token: float = 2.0
+    miss_rate: float = 0.2
+    pcie_eff: float = 0.8
+    host_bytes_scale: float = SERVED_ROW_BYTES / 576
+    # Time before the engine sees a request (sim.md 2: the gauge reads below the client's
+    # in-flight count for this reason). Estimate: ~1-2 us/token for a fast tokenizer, as much
+    # again for the chat template, the API server and hashing the prompt's blocks.
+    frontend_us_per_token: float = 4.0
 
     def pcie_bytes_per_s(self) -> float:
         return self.pcie_gbps * 1e9 * self.pcie_eff
@@ -111,23 +150,110 @@ class Roofline:
         """Host->GPU copy of a prefill's host-only history, in the served layout."""
         return rows * self.row_bytes * self.host_bytes_scale / self.pcie_bytes_per_s()
 
-    def step_time(self, s: StepStats) -> float:
+    # ---------------------------------------------------------------- per kernel group
+    def _k(self) -> dict[str, float]:
+        """Per-rank constants in seconds (a step's cost is evaluated ~1e5 times per sweep);
+        recomputed whenever a parameter changes (config sets them after construction)."""
+        key = (self.hbm_eff, self.prefill_eff, self.kernel_floor_us, self.tp, self.ep_shards)
+        cache = self.__dict__.get("_cache")
+        if cache is not None and cache[0] == key:
+            return cache[1]
         hbm = self.hbm_tbps * 1e12 * self.hbm_eff
-        tokens = s.decode_tokens + s.prefill_tokens
-        touched = 1.0 - (1.0 - self.experts_per_token / self.n_experts) ** tokens
-        weights = (self.shared_gib / self.tp + self.routed_gib / self.ep_shards * touched) * GIB
-        kv = s.attn_rows * self.row_bytes + s.indexer_rows * self.indexer_row_bytes
-        memory = (weights + kv) / hbm
-        flops = (
-            2.0 * self.active_params * tokens
-            + self.attn_flops_per_row * s.prefill_attn_rows
-            + self.indexer_flops_per_row * s.prefill_indexer_rows
+        peak = self.fp8_tflops * 1e12 * self.prefill_eff
+        head = self.vocab_size * self.hidden_size * 2.0 / self.tp  # bf16, vocab-parallel
+        dense_bytes = max(0.0, (self.shared_gib * GIB / self.tp - 2 * head) / self.num_layers)
+        routed_active = self.moe_layers * self.experts_per_token * self.expert_params
+        dense_params = self.active_params - routed_active - 2 * self.vocab_size * self.hidden_size
+        k = {
+            "floor": self.kernel_floor_us * 1e-6,
+            "dense_bytes": dense_bytes / hbm,
+            "dense_flops": 2.0 * max(0.0, dense_params) / self.num_layers / self.tp / peak,
+            "row_bytes": SERVED_ROW_BYTES / hbm,
+            "row_flops": self.attn_flops_per_row / self.num_layers / self.tp / peak,
+            "routed_bytes": self.routed_gib * GIB / self.moe_layers / self.ep_shards / hbm,
+            "expert_flops": 2.0 * self.experts_per_token * self.expert_params / self.tp / peak,
+            # Replicated (vLLM `ReplicatedLinear` in model_executor/models/deepseek_v2.py): the
+            # indexer's weights, keys and logits are per rank, not divided by TP.
+            "idx_weights": self.indexer_params / hbm,
+            "idx_flops": 2.0 * self.indexer_params / peak,
+            "key_bytes": self.indexer_row_bytes / self.indexer_layers / hbm,
+            "logit_bytes": LOGIT_BYTES / hbm,
+            "pair_flops": self.indexer_flops_per_row / self.indexer_layers / peak,
+            "head_bytes": head / hbm,
+            "head_flops": head / peak,  # 2 FLOPs per bf16 parameter (2 B) per logit
+            "keep": 1.0 - self.experts_per_token / self.n_experts,
+        }
+        self.__dict__["_cache"] = (key, k)
+        return k
+
+    def _allreduce(self, tokens: int) -> float:
+        """One TP all-reduce of the hidden states (bf16), ring volume over NVLink."""
+        if self.tp <= 1:
+            return 0.0
+        volume = 2.0 * (self.tp - 1) / self.tp * tokens * self.hidden_size * 2
+        return max(self.allreduce_us * 1e-6, volume / (self.nvlink_gbps * 1e9 * NVLINK_EFF))
+
+    def _layers(
+        self, tokens: int, rows: float, idx_keys: float, idx_pairs: float
+    ) -> tuple[float, float, float, float]:
+        """One layer's kernel groups (dense, attention, MoE, indexer), each the larger of the
+        latency floor and bytes / achieved HBM or FLOPs / achieved peak (per rank, seconds)."""
+        k = self._k()
+        floor = k["floor"]
+        dense = max(floor, k["dense_bytes"], k["dense_flops"] * tokens)
+        attn = max(floor, rows * k["row_bytes"], rows * k["row_flops"])
+        touched = 1.0 - k["keep"] ** tokens
+        moe = max(floor, k["routed_bytes"] * touched, k["expert_flops"] * tokens)
+        indexer = max(
+            floor,
+            k["idx_weights"] + idx_keys * k["key_bytes"] + idx_pairs * k["logit_bytes"],
+            k["idx_flops"] * tokens + idx_pairs * k["pair_flops"],
         )
-        compute = flops / (self.tp * self.fp8_tflops * 1e12 * self.prefill_eff)
-        miss = s.offloaded_rows * self.miss_rate * self.row_bytes / self.pcie_bytes_per_s()
-        miss += self.staging_time(s.staged_rows)
-        fixed = self.allreduce_ms + (self.mtp_draft_ms if self.spec_tokens else 0.0)
-        return (self.step_overhead_ms + fixed) / 1000.0 + max(memory, compute) + miss
+        return dense, attn, moe, indexer
+
+    def _head(self, logits: int) -> float:
+        k = self._k()
+        return max(k["floor"], k["head_bytes"], k["head_flops"] * logits)
+
+    def forward_time(self, s: StepStats) -> float:
+        """The target model over every scheduled token (verify included)."""
+        tokens = s.decode_tokens + s.prefill_tokens
+        if tokens == 0:
+            return 0.0
+        rows = s.attn_rows + s.prefill_attn_rows
+        keys = s.indexer_rows + s.prefill_indexer_keys
+        pairs = s.indexer_pairs + s.prefill_indexer_rows
+        dense, attn, moe, indexer = self._layers(tokens, rows, keys, pairs)
+        layers = (
+            self.num_layers * (dense + attn + 2 * self._allreduce(tokens))
+            + self.moe_layers * moe
+            + self.indexer_layers * indexer
+        )
+        return layers + self._head(s.decode_tokens + (1 if s.prefill_tokens else 0))
+
+    def draft_time(self, s: StepStats) -> float:
+        """MTP: `spec_tokens` forwards of the one MTP layer (a full sparse-MLA + MoE layer with
+        its indexer) and the shared head. The first runs over every token of the step (it
+        builds the MTP layer's KV for prefills too), the others over one token per decode."""
+        if not self.spec_tokens or s.decode_reqs == 0:
+            return 0.0
+        tokens = s.decode_tokens + s.prefill_tokens
+        rows = s.attn_rows + s.prefill_attn_rows
+        keys = s.indexer_rows + s.prefill_indexer_keys
+        pairs = s.indexer_pairs + s.prefill_indexer_rows
+        head = self._head(s.decode_reqs)
+        total = sum(self._layers(tokens, rows, keys, pairs)) + 2 * self._allreduce(tokens) + head
+        if self.spec_tokens > 1:
+            width = self.spec_tokens + 1
+            b = s.decode_reqs
+            later = self._layers(b, s.attn_rows / width, s.indexer_rows, s.indexer_pairs / width)
+            total += (self.spec_tokens - 1) * (sum(later) + 2 * self._allreduce(b) + head)
+        return total
+
+    def step_time(self, s: StepStats) -> float:
+        miss = s.offloaded_rows * self.miss_rate * self.row_bytes * self.host_bytes_scale
+        transfer = miss / self.pcie_bytes_per_s() + self.staging_time(s.staged_rows)
+        return self.step_overhead_ms / 1000.0 + self.forward_time(s) + self.draft_time(s) + transfer
 
     def fitted(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name in FIT_PARAMS}

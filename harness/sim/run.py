@@ -31,7 +31,13 @@ from harness.results import (
 )
 from harness.run.plan import plan_points
 from harness.sim.client import PointClient, Turn, Workload, shaped_workload
-from harness.sim.config import SimSetup, load_calibration, setup_from_profile, split_overrides
+from harness.sim.config import (
+    SimSetup,
+    calibration_label,
+    resolve_calibration,
+    setup_from_profile,
+    split_overrides,
+)
 from harness.sim.startup import EngineRefused
 
 BLOG_SHAPE = {
@@ -162,7 +168,11 @@ def simulate_points(
             setup.max_model_len,
         )
         res = engine.run_point(client, sweep.scrape_interval_s)
-        out.append((_record(plan, client, res, turns, gpus), res.samples))
+        record = _record(plan, client, res, turns, gpus)
+        interval = setup.interval80(record.metrics)
+        if interval:  # the calibration's 80 % prediction interval (harness.sim.calibrate)
+            record.fidelity["interval80"] = interval
+        out.append((record, res.samples))
         engine.now += sweep.sleep_between_points_s
     return out
 
@@ -244,7 +254,7 @@ def run_simulation(
 
     serve_sets, params = split_overrides(overrides)
     prof = load_profile(profile_name, serve_sets)
-    cal = load_calibration(calibration) if calibration else None
+    cal = resolve_calibration(calibration, prof.model)
     dataset = dataset or profile_dataset(prof)
     workload = load_workload(dataset)
     rid = run_id or f"sim-{prof.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
@@ -294,7 +304,7 @@ def run_simulation(
             "setup": setup.facts,
             "params": setup.roofline.fitted(),
         },
-        notes=["simulated run: times are virtual seconds", f"calibration: {cal_info['path']}"],
+        notes=["simulated run: times are virtual seconds", f"calibration: {cal_info['label']}"],
     )
     write_simulated_run(layout, manifest, results)
     return run_dir
@@ -350,8 +360,9 @@ def write_simulated_run(
 
 def _calibration_info(cal: Any) -> dict[str, Any]:
     if cal is None:
-        return {"path": None, "note": "uncalibrated roofline defaults (sim.md 5)"}
+        return {"path": None, "label": calibration_label(None), "note": "roofline defaults"}
     return {
+        "label": calibration_label(cal),
         "path": str(cal.path),
         "sha256": hashlib.sha256(cal.path.read_bytes()).hexdigest(),
         "model": cal.model,

@@ -11,12 +11,49 @@ from harness.capacity.formulas import capacity_at
 from harness.capacity.model import load_model
 from harness.errors import ConfigError
 from harness.serve.profiles import load_profile
-from harness.sim.config import load_calibration, setup_from_profile
+from harness.sim.config import (
+    UNCALIBRATED,
+    calibration_label,
+    find_calibration,
+    load_calibration,
+    mtp_kv_gib,
+    resolve_calibration,
+    setup_from_profile,
+)
+from harness.sim.facts import COMPUTE
+
+GIB = 2**30
+
+
+def test_the_pool_per_mtp_mode_by_hand():
+    model, cf = load_model("glm-5.3"), COMPUTE["glm-5.3"]
+    # without MTP the module's 9.93 B FP8 parameters / 8 ranks = 1.156 GiB are free for KV
+    assert mtp_kv_gib(model, "fp8", 20.0, 0, cf, 8) == pytest.approx(20.0 + 1.15601, abs=1e-4)
+    # with MTP every block carries a 79th latent layer (576 B) and a 22nd indexer key (132 B):
+    # 47,700 B -> 48,408 B per token, so 20 GiB hold as many blocks as 19.7075 GiB did
+    assert mtp_kv_gib(model, "fp8", 20.0, 3, cf, 8) == pytest.approx(20.0 * 47700 / 48408)
+    nomtp = setup_from_profile(load_profile("offload512-nomtp"))
+    mtp = setup_from_profile(load_profile("offload512"))
+    assert nomtp.pool_units > mtp.pool_units
+
+
+def test_calibrated_by_default_by_model_and_gpu(tmp_path: Path):
+    found = find_calibration("glm-5.3", "h200")
+    assert found is not None and found.name == "glm53-h200.yaml"
+    cal = resolve_calibration(None, "zai-org/GLM-5.3")
+    assert cal is not None and cal.path == found
+    assert calibration_label(cal) == "calibrated (glm53-h200.yaml)"
+    assert resolve_calibration("none", "zai-org/GLM-5.3") is None  # explicit roofline defaults
+    assert resolve_calibration(None, "zai-org/GLM-5.3", gpu="b200") is None  # no B200 fit
+    assert calibration_label(None) == UNCALIBRATED and "uncalibrated" in UNCALIBRATED
+    assert find_calibration("glm-5.3", "h200", tmp_path) is None
 
 
 def test_pools_come_from_the_capacity_model():
     model = load_model("glm-5.3")
-    dep = make_deployment(model, tp=8, max_seqs=256, spec_tokens=3)
+    # uncalibrated: the calculator's 17.8 GiB less the MTP module's weights, in MTP-wide blocks
+    kv = mtp_kv_gib(model, "fp8", 17.8 - 9.93e9 / 8 / GIB, 3, COMPUTE["glm-5.3"], 8)
+    dep = make_deployment(model, tp=8, max_seqs=256, spec_tokens=3, kv_gib_per_gpu=kv)
     lim = capacity_at(dep, 64, mtp_hot_rows(3, model.architecture.index_topk))
     hs = setup_from_profile(load_profile("hisparse384"))
     off = setup_from_profile(load_profile("offload512"))

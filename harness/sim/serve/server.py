@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.sim.config import load_calibration, setup_from_profile, split_overrides
+from harness.sim.config import resolve_calibration, setup_from_profile, split_overrides
 from harness.sim.serve.faults import Faults, FaultState
 from harness.sim.startup import EngineRefused
 
@@ -94,10 +94,10 @@ def build_state(opts: ServeOptions) -> Any:
         raise ConfigError(f"--time-scale {opts.time_scale!r}: must be > 0")
     serve_sets, params = split_overrides(opts.overrides)
     prof = load_profile(opts.profile, serve_sets)
-    # As `repro simulate`: roofline defaults unless a calibration is named, so that the HTTP
-    # and the offline paths of one workload run the same engine.
-    cal_path = opts.calibration
-    cal = load_calibration(cal_path) if cal_path else None
+    # As `repro simulate`: the calibration matching the profile's model and GPU unless one (or
+    # `none`) is named, so that the HTTP and the offline paths of one workload run one engine.
+    cal = resolve_calibration(opts.calibration, prof.model)
+    cal_path = cal.path if cal else None
     setup = setup_from_profile(prof, cal, params)
     if opts.reasoning_field and not prof.serve.get("reasoning-parser"):
         raise ConfigError(
@@ -167,7 +167,7 @@ def serve(opts: ServeOptions, *, host: str, port: int, echo: Any = print) -> Non
     echo(
         f"sim serve: profile {facts['profile']} ({facts['policy']}), time scale "
         f"{opts.time_scale:g}, tokenizer {facts['tokenizer']}, calibration "
-        f"{facts['calibration'] or 'roofline defaults'}"
+        f"{facts['calibration'] or 'uncalibrated (roofline defaults)'}"
     )
     echo(f"sim serve: facts {json.dumps(facts, default=str)}")
     web.run_app(
