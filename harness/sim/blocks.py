@@ -36,14 +36,39 @@ class GpuPool:
         self.cached: OrderedDict[int, _Cached] = OrderedDict()  # conv -> entry, LRU first
         self.cached_units = 0
         self.evicted_blocks = 0
+        # HiSparse unpinned pages (vLLM 0.32.0 `BlockPool.unpin_blocks`, v1/core/block_pool.py):
+        # clean pages whose host copy is complete, released to the pool but still readable by
+        # their conversation until an allocation reuses them; last-resort candidates, taken
+        # after the free and the prefix-cached units, least recently touched conversation
+        # first and, within one, tail first ("a prefix loses its tail pages before its head").
+        self.copies: OrderedDict[int, _Cached] = OrderedDict()
+        self.copy_units = 0
+        self.lost_blocks = 0  # unpinned pages reused (their owners now read them from host)
 
     @property
     def used(self) -> int:
-        return self.capacity - self.free - self.cached_units
+        return self.capacity - self.free - self.cached_units - self.copy_units
 
     def available(self) -> int:
-        """Units an allocation can get: free plus evictable cached."""
-        return self.free + self.cached_units
+        """Units an allocation can get: free, evictable cached and unpinned."""
+        return self.free + self.cached_units + self.copy_units
+
+    def copy_blocks(self, conv: int) -> int:
+        entry = self.copies.get(conv)
+        return entry.blocks if entry else 0
+
+    def unpin(self, conv: int, blocks: int, units_per_block: int) -> None:
+        """A request hands `blocks` pinned pages of conv to the pool; they stay readable."""
+        if blocks <= 0:
+            return
+        entry = self.copies.pop(conv, None) or _Cached(0, units_per_block)
+        entry.blocks += blocks
+        self.copies[conv] = entry  # most recently touched
+        self.copy_units += blocks * units_per_block
+
+    def touch_copies(self, conv: int) -> None:
+        if conv in self.copies:
+            self.copies.move_to_end(conv)
 
     def cached_blocks(self, conv: int) -> int:
         entry = self.cached.get(conv)
@@ -59,6 +84,9 @@ class GpuPool:
         if units > self.available():
             return False
         while self.free < units:
+            if not self.cached:  # unpinned pages are the last resort
+                self._reuse_copies(units - self.free)
+                continue
             conv, entry = next(iter(self.cached.items()))
             need = units - self.free
             take = min(entry.blocks, -(-need // entry.units_per_block))
@@ -71,6 +99,17 @@ class GpuPool:
                 del self.cached[conv]
         self.free -= units
         return True
+
+    def _reuse_copies(self, need: int) -> None:
+        conv, entry = next(iter(self.copies.items()))
+        take = min(entry.blocks, -(-need // entry.units_per_block))
+        entry.blocks -= take
+        freed = take * entry.units_per_block
+        self.copy_units -= freed
+        self.free += freed
+        self.lost_blocks += take
+        if entry.blocks == 0:
+            del self.copies[conv]
 
     def take_cached(self, conv: int, blocks: int) -> int:
         """Hand `blocks` of conv's cached prefix to a request; returns the units they hold.
@@ -109,7 +148,10 @@ class GpuPool:
 
     def check(self) -> None:
         total = sum(e.blocks * e.units_per_block for e in self.cached.values())
-        if total != self.cached_units or self.free < 0 or self.used < 0:
+        copies = sum(e.blocks * e.units_per_block for e in self.copies.values())
+        if total != self.cached_units or copies != self.copy_units:
+            raise AssertionError(f"pool accounting broken: cached {total}, copies {copies}")
+        if self.free < 0 or self.used < 0:
             raise AssertionError(
                 f"pool accounting broken: free {self.free}, cached {self.cached_units} "
                 f"(entries {total}), used {self.used}, capacity {self.capacity}"

@@ -59,6 +59,9 @@ START = {
     "host_bytes_scale": 656 / 576,
     "kv_gib_per_gpu": 17.8,
 }
+# The residency mechanism the fit runs (harness.sim.config.RESIDENCY_MODELS); the file records
+# it, and runs with the calibration use the same one.
+FIT_RESIDENCY = "constant-miss"
 WEIGHTS = {"occupancy": 2.0, "interactivity": 1.0, "throughput_per_gpu": 1.0}
 METRICS = tuple(WEIGHTS)
 # Issue 12's acceptance bands (relative error per point), and how steeply leaving one costs: the
@@ -104,7 +107,8 @@ def predict(
     from harness.serve.profiles import load_profile
 
     prof = load_profile(profile_name, overrides)
-    setup = setup_from_profile(prof, calibration, params)
+    residency = None if calibration is not None else FIT_RESIDENCY
+    setup = setup_from_profile(prof, calibration, params, residency=residency)
     res = simulate_points(setup, load_workload(dataset), prof.sweep, gpus=max(prof.gpus, 1))
     return {rec.label: dict(rec.metrics) for rec, _ in res}
 
@@ -282,6 +286,7 @@ def write_calibration(
         "schema": CALIBRATION_SCHEMA,
         "model": TARGET_MODEL,
         "gpu": TARGET_GPU,
+        "residency": FIT_RESIDENCY,
         "params": params,
         "bounds": {k: list(FIT_PARAMS[k]) for k in params},
         "meaning": {k: PARAM_MEANING[k] for k in params},

@@ -68,6 +68,7 @@ class Calibration:
     kv_gib_per_gpu: float | None = None
     path: Path | None = None
     data: dict[str, Any] = field(default_factory=dict)
+    residency: str = "constant-miss"  # RESIDENCY_MODELS: the mechanism it was fitted with
 
 
 def load_calibration(path: Path) -> Calibration:
@@ -93,6 +94,11 @@ def load_calibration(path: Path) -> Calibration:
             raise ConfigError(
                 f"{path}: intervals.sigma_log.{key}: {value!r} is not a metric's sigma"
             )
+    residency = data.get("residency", "constant-miss")
+    if residency not in RESIDENCY_MODELS:
+        raise ConfigError(
+            f"{path}: residency: {residency!r} (known: {', '.join(RESIDENCY_MODELS)})"
+        )
     return Calibration(
         data["model"],
         data["gpu"],
@@ -100,9 +106,15 @@ def load_calibration(path: Path) -> Calibration:
         None if kv is None else float(kv),
         Path(path),
         data,
+        residency,
     )
 
 
+# How HiSparse residency and offload stores are modelled: "constant-miss" (a host-resident
+# request misses `miss_rate` of its top-K every step; stores at release) or "vllm-0.32" (the
+# coordinator's switch conditions and lazy unpin, misses only on reused pages, staging of the
+# missing rows only, offload stores every step; policies.py cites the sources).
+RESIDENCY_MODELS = ("constant-miss", "vllm-0.32")
 CALIBRATIONS_DIR = REPO_ROOT / "launch" / "calibrations"
 NO_CALIBRATION = "none"  # `--calibration none`: the roofline defaults, asked for explicitly
 UNCALIBRATED = "uncalibrated (roofline defaults)"
@@ -161,6 +173,7 @@ class SimSetup:
     facts: dict[str, Any]
     # log-space sigma per metric from the calibration (None: uncalibrated, no interval)
     interval_sigma: dict[str, float] | None = None
+    residency: str = "constant-miss"  # or "vllm-0.32": RESIDENCY_MODELS
 
     def interval80(self, metrics: dict[str, Any]) -> dict[str, list[float]] | None:
         """80 % prediction interval of each headline metric: value x exp(+-1.2816 sigma)."""
@@ -189,6 +202,13 @@ class SimSetup:
         for key in ("block_bytes", "indexer_block_bytes"):
             if key in args:
                 args[key] = int(args[key] * scale)
+        v032 = self.residency == "vllm-0.32"
+        if self.policy == "offload":
+            args["store_every_step"] = v032
+        if self.policy == "hisparse":
+            args["lazy_unpin"] = v032
+            window = min(self.max_num_batched_tokens, self.max_model_len)
+            args["window_blocks"] = -(-window // block_tokens)
         if self.policy == "offload":
             pol = Offload(
                 self.pool_units,
@@ -305,8 +325,10 @@ def setup_from_profile(
     calibration: Calibration | None = None,
     params: dict[str, float] | None = None,
     gpu: str | None = None,
+    residency: str | None = None,
 ) -> SimSetup:
-    """The engine setup for a loaded `harness.serve.profiles.Profile` on `gpu` (default h200)."""
+    """The engine setup for a loaded `harness.serve.profiles.Profile` on `gpu` (default h200);
+    `residency` (RESIDENCY_MODELS) defaults to the calibration's, else constant-miss."""
     where = f"profile {profile.name} ({profile.source})"
     serve = dict(profile.serve)
     model, gpu = _check_inputs(profile, serve, calibration, gpu, where)
@@ -330,12 +352,18 @@ def setup_from_profile(
     cf = compute_facts(model.name, where)
     util = serve.get("gpu-memory-utilization", model.gpu_memory_utilization)
     try:
-        if kv_override is None:  # the calculator's budget counts no MTP module: subtract it
+        if kv_override is None:  # the calculator's budget, which counts no MTP module
             base = make_deployment(
                 model, gpu=gpu, tp=tp, dp=dp, kv_dtype=dtype, gpu_memory_utilization=util
             ).kv_gib_per_gpu
-            kv_override = base - (cf.mtp_params / tp / GIB if spec else 0.0)
-        kv_override = mtp_kv_gib(model, dtype, kv_override, spec, cf, tp)
+            if spec:  # the MTP server: less the module's weights, in MTP-wide blocks
+                kv_override = mtp_kv_gib(
+                    model, dtype, base - cf.mtp_params / tp / GIB, spec, cf, tp
+                )
+            else:
+                kv_override = base
+        else:  # a calibrated budget is the MTP server's: per MTP mode
+            kv_override = mtp_kv_gib(model, dtype, kv_override, spec, cf, tp)
         dep = make_deployment(
             model,
             gpu=gpu,
@@ -398,6 +426,7 @@ def setup_from_profile(
         served_model_name=profile.served_model_name,
         facts=facts,
         interval_sigma=_interval_sigma(calibration),
+        residency=residency or (calibration.residency if calibration else "constant-miss"),
     )
 
 

@@ -11,8 +11,10 @@ physical meaning are `FIT_PARAMS` / `PARAM_MEANING` (written into every calibrat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
+from harness.sim.request import Request
 from harness.sim.scheduler import Scheduled
 
 GIB = 2**30
@@ -37,18 +39,32 @@ class StepStats:
     prefill_attn_rows: int = 0  # sum over prefill tokens of min(position, top-K)
     prefill_indexer_rows: int = 0  # sum over prefill tokens of their position
     prefill_indexer_keys: int = 0  # indexer keys a prefill chunk reads (its whole context)
-    offloaded_rows: int = 0  # top-K rows wanted by requests with host-only history
-    staged_rows: int = 0  # host-only history rows a HiSparse prefill chunk stages first
+    offloaded_rows: float = 0  # top-K rows of host-resident requests not readable on the GPU
+    staged_rows: float = 0  # history rows a HiSparse prefill chunk stages from host first
+    hot_rows: int = 0  # top-K rows wanted by host-resident requests (the hit-rate base)
 
 
-def step_stats(batch: list[Scheduled], *, topk: int, verify_width: int) -> StepStats:
+def _all_missing(req: Request) -> float:
+    return 1.0 if req.offloaded else 0.0
+
+
+def step_stats(
+    batch: list[Scheduled],
+    *,
+    topk: int,
+    verify_width: int,
+    missing: Callable[[Request], float] = _all_missing,
+) -> StepStats:
+    """`missing(req)`: the share of a request's history not readable on the GPU (the policy's
+    `missing_fraction`); only those rows are staged for a prefill (vLLM 0.32.0
+    `v1/hisparse/runtime.py` ensure_gpu_sources serves the rest from the resident cache) or
+    copied for a decode's top-K."""
     s = StepStats()
     for item in batch:
         ctx, n = item.context, item.tokens
         if item.prefill:
             s.prefill_tokens += n
-            if item.req.offloaded:
-                s.staged_rows += ctx
+            s.staged_rows += ctx * missing(item.req)
             s.prefill_indexer_rows += n * ctx + n * (n - 1) // 2
             s.prefill_indexer_keys += ctx + n
             below = max(0, min(n, topk - ctx))  # tokens whose position is still < top-K
@@ -60,7 +76,8 @@ def step_stats(batch: list[Scheduled], *, topk: int, verify_width: int) -> StepS
             s.indexer_rows += ctx
             s.indexer_pairs += n * ctx
             if item.req.offloaded:
-                s.offloaded_rows += topk * n
+                s.hot_rows += topk * n
+                s.offloaded_rows += topk * n * missing(item.req)
     return s
 
 
@@ -146,7 +163,7 @@ class Roofline:
     def pcie_bytes_per_s(self) -> float:
         return self.pcie_gbps * 1e9 * self.pcie_eff
 
-    def staging_time(self, rows: int) -> float:
+    def staging_time(self, rows: float) -> float:
         """Host->GPU copy of a prefill's host-only history, in the served layout."""
         return rows * self.row_bytes * self.host_bytes_scale / self.pcie_bytes_per_s()
 
@@ -273,7 +290,7 @@ class TableCost:
     def pcie_bytes_per_s(self) -> float:
         return self.pcie_bps
 
-    def staging_time(self, rows: int) -> float:
+    def staging_time(self, rows: float) -> float:
         """Host->GPU copy of a prefill's host-only history, in the served layout."""
         return rows * self.row_bytes * self.host_bytes_scale / self.pcie_bytes_per_s()
 

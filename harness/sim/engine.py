@@ -92,13 +92,15 @@ class Engine:
                     next_scrape += scrape_interval
                 self.now = wake
                 continue
-            stats = step_stats(batch, topk=self.topk, verify_width=width)
+            stats = step_stats(
+                batch, topk=self.topk, verify_width=width, missing=self.policy.missing_fraction
+            )
             end = self.now + self.cost.step_time(stats)
             while next_scrape <= end:
                 samples += self._scrape(next_scrape)
                 next_scrape += scrape_interval
-            if stats.offloaded_rows:
-                self.hisparse_rows += stats.offloaded_rows
+            if stats.hot_rows:
+                self.hisparse_rows += stats.hot_rows
                 self.hisparse_misses += stats.offloaded_rows * self.miss_rate
             self.now = end
             steps += 1

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from harness.sim.blocks import GpuPool, PrefixLru
 from harness.sim.request import Request
 
+ACTIVE_TAIL_PAGES = 2  # vLLM 0.32.0 v1/hisparse/types.py: tail pages a request keeps pinned
+
 
 @dataclass(frozen=True)
 class Hit:
@@ -98,7 +100,7 @@ class GpuOnly:
     def release(self, req: Request) -> None:
         """Free (finish or preemption); full computed blocks stay in the prefix cache."""
         cache = min(self.full_blocks(req), req.blocks) if self.prefix_caching else 0
-        if req.offloaded:
+        if req.offloaded or self.history_unpinned(req):
             cache = 0  # host-only history: nothing worth caching on the GPU
         self.on_release(req)
         self.pool.release(
@@ -112,6 +114,17 @@ class GpuOnly:
 
     def on_computed(self, req: Request) -> None:
         """Policy hook after a step advanced the request."""
+
+    def on_step(self, req: Request) -> None:
+        """Policy hook after every step that scheduled the request (residency, stores)."""
+
+    def history_unpinned(self, req: Request) -> bool:
+        """Whether the request's history pages were handed back to the pool (lazy unpin)."""
+        return False
+
+    def missing_fraction(self, req: Request) -> float:
+        """Share of a host-resident request's history not readable on the GPU."""
+        return 1.0 if req.offloaded else 0.0
 
     def relieve(self, units: int, requester: Request) -> bool:
         """Policy hook: make `units` available without preemption (HiSparse)."""
@@ -135,12 +148,22 @@ class Offload(GpuOnly):
         block_bytes: int,
         h2d: Channel,
         prefix_caching: bool = True,
+        store_every_step: bool = False,
     ) -> None:
         super().__init__(pool_units, block_tokens, prefix_caching)
         self.cpu = PrefixLru(cpu_blocks)
         self.block_bytes = block_bytes
         self.h2d = h2d
         self.stored_bytes = 0
+        self.store_every_step = store_every_step
+
+    def on_step(self, req: Request) -> None:
+        # vLLM 0.32.0 OffloadingConnector stores a request's newly completed blocks from every
+        # step's scheduler output (`distributed/kv_transfer/kv_connector/v1/offloading_connector
+        # .py`), not only when it is freed: its prefix is in the CPU pool while it runs.
+        if self.store_every_step:
+            full = min(self.full_blocks(req), req.blocks)
+            self.stored_bytes += self.cpu.store(req.conv, full) * self.block_bytes
 
     def lookup(self, req: Request) -> Hit:
         gpu = min(self.pool.cached_blocks(req.conv), self.max_hit_blocks(req))
@@ -190,8 +213,19 @@ class HiSparse(GpuOnly):
         indexer_block_bytes: int,
         h2d: Channel,
         prefix_caching: bool = True,
+        lazy_unpin: bool = False,
+        window_blocks: int = 512,
     ) -> None:
         super().__init__(pool_units, block_tokens, prefix_caching)
+        self.lazy_unpin = lazy_unpin
+        # vLLM 0.32.0 `v1/hisparse/coordinator.py` update_residency: a request starts reading
+        # from host (asks for a hot region) once the pool's free pages fall below
+        # transition_watermark = max(hot cost, num_blocks // 10), or once it holds the resident
+        # pages admission reserved for it (max_admission_blocks_per_request: the in-flight
+        # window, cdiv(max_num_batched_tokens, block) in v1/kv_cache_interface.py).
+        self.watermark = max(lease_units, pool_units // 10)
+        self.window_blocks = window_blocks
+        self.unpinned: dict[int, int] = {}  # rid -> its history blocks not pinned by it
         self.latent_units = latent_units
         self.indexer_units = indexer_units
         self.resident_units = latent_units + indexer_units
@@ -203,7 +237,59 @@ class HiSparse(GpuOnly):
         self.conversions = 0
 
     def block_units(self, req: Request) -> int:
-        return self.indexer_units if req.offloaded else self.resident_units
+        if req.offloaded and not self.lazy_unpin:
+            return self.indexer_units
+        return self.resident_units  # lazy: new pages are pinned until clean, then unpinned
+
+    # -- lazy unpin (vLLM 0.32.0 coordinator): pages stay readable until the pool reuses them
+    def on_step(self, req: Request) -> None:
+        if not self.lazy_unpin:
+            return
+        if not req.offloaded:
+            if self.pool.available() >= self.watermark and req.blocks < self.window_blocks:
+                return
+            if not self._lease_hot(req):
+                return  # no room for a hot region yet: pages stay pinned
+        self._unpin_clean(req)
+
+    def history_unpinned(self, req: Request) -> bool:
+        return self.unpinned.get(req.rid, 0) > 0
+
+    def _lease_hot(self, req: Request) -> bool:
+        if not self.pool.allocate(self.lease_units):
+            return False
+        req.units += self.lease_units
+        req.lease = self.lease_units
+        req.offloaded = True
+        self.conversions += 1
+        return True
+
+    def _unpin_clean(self, req: Request) -> None:
+        """Hand every clean sealed page but the active tail to the pool (`_unpin_clean_pages`):
+        eager host mirror makes a completed page clean; ACTIVE_TAIL_PAGES = 2 stay pinned."""
+        full = min(self.full_blocks(req), req.blocks)
+        self.host.store(req.conv, full)
+        clean = max(0, full - ACTIVE_TAIL_PAGES)
+        done = self.unpinned.get(req.rid, 0)
+        pinned_latent = (req.units - req.lease - req.blocks * self.indexer_units) // max(
+            1, self.latent_units
+        )
+        move = min(clean - done, pinned_latent)
+        if move > 0:
+            self.pool.unpin(req.conv, move, self.latent_units)
+            req.units -= move * self.latent_units
+            self.unpinned[req.rid] = done + move
+
+    def missing_fraction(self, req: Request) -> float:
+        """Lazy: the share of the history whose unpinned pages the pool has reused; else all
+        of a host-resident request's history (the constant-miss model)."""
+        if not self.lazy_unpin:
+            return 1.0 if req.offloaded else 0.0
+        unpinned = self.unpinned.get(req.rid, 0)
+        if unpinned == 0 or req.blocks == 0:
+            return 0.0
+        readable = req.blocks - unpinned + min(unpinned, self.pool.copy_blocks(req.conv))
+        return 1.0 - readable / req.blocks
 
     def lookup(self, req: Request) -> Hit:
         gpu = min(self.pool.cached_blocks(req.conv), self.max_hit_blocks(req))
@@ -215,6 +301,13 @@ class HiSparse(GpuOnly):
 
     def admission_units(self, req: Request, hit: Hit) -> int:
         total = self.blocks_for(req.total)
+        if self.lazy_unpin:
+            # Admission reserves the in-flight window of resident pages (older ones move to
+            # host as they turn clean) and the indexer pages of a host hit; a hot region is
+            # allocated later, on a scheduling pass (coordinator update_residency).
+            new = min(total - hit.gpu_blocks - hit.external_blocks, self.window_blocks)
+            need = new * self.resident_units + hit.external_blocks * self.indexer_units
+            return max(0, need - self.reclaimable(exclude=req))
         resident = (total - hit.gpu_blocks) * self.resident_units
         offloaded = (
             total * self.indexer_units + self.lease_units - hit.gpu_blocks * (self.resident_units)
@@ -234,6 +327,8 @@ class HiSparse(GpuOnly):
     def attach_external(self, req: Request, hit: Hit) -> bool:
         if hit.external_blocks == 0:
             return True
+        if self.lazy_unpin:
+            return self._attach_lazy(req, hit)
         units = hit.external_blocks * self.indexer_units + self.lease_units
         drop = req.blocks * self.latent_units  # GPU-hit blocks keep only their indexer pages
         if units > drop and not self.pool.allocate(units - drop):
@@ -244,6 +339,22 @@ class HiSparse(GpuOnly):
         req.units += units - drop
         req.lease = self.lease_units
         req.offloaded = True
+        self.host.pinned.add(req.conv)
+        return True
+
+    def _attach_lazy(self, req: Request, hit: Hit) -> bool:
+        """A host prefix hit: indexer pages for the whole prefix; the GPU copies of its pages
+        that the pool has not reused yet stay readable (`copies` in the coordinator), the
+        GPU-hit pages are unpinned too. Its first step stages only the missing rows; the hot
+        region comes with the first scheduling pass after it (`on_step`)."""
+        need = hit.external_blocks * self.indexer_units
+        if not self.pool.allocate(need):
+            return False
+        self.pool.touch_copies(req.conv)
+        self.pool.unpin(req.conv, req.blocks, self.latent_units)
+        req.units += need - req.blocks * self.latent_units
+        req.blocks += hit.external_blocks
+        self.unpinned[req.rid] = req.blocks
         self.host.pinned.add(req.conv)
         return True
 
@@ -275,6 +386,10 @@ class HiSparse(GpuOnly):
 
     def offload_request(self, req: Request) -> None:
         """Give up the latent pages of req's history (already mirrored); lease a hot buffer."""
+        if self.lazy_unpin:
+            if self._lease_hot(req):
+                self._unpin_clean(req)
+            return
         saving = self._saving(req)
         if saving <= 0:
             return
@@ -291,6 +406,8 @@ class HiSparse(GpuOnly):
         self.host.store(req.conv, self.full_blocks(req))
 
     def on_release(self, req: Request) -> None:
+        # Lazy: its unpinned pages stay in the pool as readable copies (coordinator `free`).
+        self.unpinned.pop(req.rid, None)
         full = self.full_blocks(req)
         self.host.store(req.conv, full)
         self.host.pinned.discard(req.conv)

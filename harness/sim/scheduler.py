@@ -188,6 +188,8 @@ class Scheduler:
                 self.policy.release(req)
                 c.finished += 1
                 finished.append(req)
+            else:
+                self.policy.on_step(req)
         return finished
 
     def next_load_done(self) -> float | None:

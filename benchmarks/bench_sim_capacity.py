@@ -1,0 +1,55 @@
+"""Simulator vs `repro capacity` (issue 24 item 6): occupancy well above capacity on H200, B200
+and B300, with only the GPU facts changed (the H200 calibration's step cost, no refit; the KV
+pool from the capacity model for each GPU, as `repro capacity` computes it).
+
+Workload: single-turn requests of a fixed context (80,000 tokens at the end of their 220-token
+reply), 64 clients: every arm is memory-bound. The static limit is the calculator's at that
+context (baseline for offloading, HiSparse for HiSparse; no MTP, whose hot buffer the
+calculator's default already assumes).
+
+Run: PYTHONPATH=$PWD /work/main/.venv/bin/python benchmarks/bench_sim_capacity.py
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from harness.capacity.deployment import make_deployment
+from harness.capacity.formulas import capacity_at
+from harness.serve.profiles import load_profile
+from harness.sim.config import load_calibration, setup_from_profile
+from harness.sim.run import load_workload, simulate_points
+
+CALIBRATION = Path(__file__).resolve().parents[1] / "launch" / "calibrations" / "glm53-h200.yaml"
+CONTEXT = 80_000
+ARMS = {"offload512-nomtp": "baseline_limit", "hisparse384-nomtp": "hisparse_limit"}
+SETS = ["sweep.points=[[64,128]]", "sweep.dataset_offset=0", "sweep.max_turns=1"]
+
+
+def main() -> None:
+    params = {
+        k: v for k, v in load_calibration(CALIBRATION).params.items() if k != "kv_gib_per_gpu"
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        recipe = Path(tmp) / "fixed.yaml"
+        recipe.write_text(
+            f"number: 128\nnum_turns: 1\nfirst_turn_length: {CONTEXT - 220}\n"
+            "subsequent_turn_length: 1\n",
+            encoding="utf-8",
+        )
+        workload = load_workload(str(recipe))
+        print(f"{'gpu':5} {'arm':18} {'static':>6} {'simulated':>9} {'error':>7}")
+        for gpu in ("h200", "b200", "b300"):
+            for arm, limit in ARMS.items():
+                prof = load_profile(arm, SETS)
+                setup = setup_from_profile(prof, None, params, gpu=gpu)
+                dep = make_deployment(setup.model, gpu=gpu, tp=setup.tp, max_seqs=256)
+                static = getattr(capacity_at(dep, CONTEXT, setup.facts["hot_rows"]), limit)
+                ((rec, _),) = simulate_points(setup, workload, prof.sweep, gpus=prof.gpus)
+                occ = rec.metrics["occupancy"] or 0.0
+                print(f"{gpu:5} {arm:18} {static:6d} {occ:9.2f} {100 * (occ / static - 1):+6.1f}%")
+
+
+if __name__ == "__main__":
+    main()
