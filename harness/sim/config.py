@@ -352,17 +352,9 @@ def setup_from_profile(
     cf = compute_facts(model.name, where)
     util = serve.get("gpu-memory-utilization", model.gpu_memory_utilization)
     try:
-        if kv_override is None:  # the calculator's budget, which counts no MTP module
-            base = make_deployment(
-                model, gpu=gpu, tp=tp, dp=dp, kv_dtype=dtype, gpu_memory_utilization=util
-            ).kv_gib_per_gpu
-            if spec:  # the MTP server: less the module's weights, in MTP-wide blocks
-                kv_override = mtp_kv_gib(
-                    model, dtype, base - cf.mtp_params / tp / GIB, spec, cf, tp
-                )
-            else:
-                kv_override = base
-        else:  # a calibrated budget is the MTP server's: per MTP mode
+        # Uncalibrated: the calculator's budget for both MTP modes, as `repro capacity` gives
+        # it. A calibrated budget is the MTP server's, taken per MTP mode (mtp_kv_gib).
+        if kv_override is not None:
             kv_override = mtp_kv_gib(model, dtype, kv_override, spec, cf, tp)
         dep = make_deployment(
             model,

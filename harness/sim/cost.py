@@ -147,14 +147,14 @@ class Roofline:
     indexer_flops_per_row: float  # per query token per scanned key, all indexer layers
     spec_tokens: int
     # parameters (FIT_PARAMS); defaults are sim.md 5's starting values
-    hbm_eff: float = 0.8
+    hbm_eff: float = 0.75
     prefill_eff: float = 0.4
     kernel_floor_us: float = 10.0
     step_overhead_ms: float = 1.0
     acceptance_length: float = 2.8
     miss_rate: float = 0.2
     pcie_eff: float = 0.8
-    host_bytes_scale: float = SERVED_ROW_BYTES / 576
+    host_bytes_scale: float = 1.0  # the calculator's layout (`--calibration none`)
     # Time before the engine sees a request (sim.md 2: the gauge reads below the client's
     # in-flight count for this reason). Estimate: ~1-2 us/token for a fast tokenizer, as much
     # again for the chat template, the API server and hashing the prompt's blocks.

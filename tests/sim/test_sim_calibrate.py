@@ -17,15 +17,15 @@ SETS = ("sweep.points=[[1,2],[4,6]]", "sweep.dataset_offset=0", "sweep.scrape_in
 def test_fit_recovers_the_parameters_that_made_the_targets(tmp_path: Path):
     recipe = tmp_path / "small.yaml"
     recipe.write_text(
-        "number: 8\nnum_turns: 2\nfirst_turn_length: 20000\nsubsequent_turn_length: 400\n"
+        "number: 8\nnum_turns: 2\nfirst_turn_length: 40000\nsubsequent_turn_length: 400\n"
     )
-    truth = {"prefill_eff": 0.3, "acceptance_length": 2.2}
+    truth = {"prefill_eff": 0.2, "acceptance_length": 2.2}
     made = cal.predict("hisparse384", truth, str(recipe), overrides=SETS)
     points = {label: {m: m_[m] for m in cal.METRICS} for label, m_ in made.items()}
     target = cal.Target("hisparse384", "synthetic", points, str(recipe), SETS)
     params, rows, evals = cal.fit([target], max_evals=60, names=tuple(truth), echo=lambda _: None)
     assert evals <= 60
-    assert params["prefill_eff"] == pytest.approx(0.3, rel=0.05)
+    assert params["prefill_eff"] == pytest.approx(0.2, rel=0.05)
     assert params["acceptance_length"] == pytest.approx(2.2, rel=0.03)
     assert max(abs(r["rel_error"]) for r in rows) < 0.03
 
@@ -55,9 +55,13 @@ def test_written_calibration_loads_with_provenance(tmp_path: Path):
             "rel_error": 0.0,
         }
     ]
-    cal.write_calibration(out, {"prefill_eff": 0.05}, rows, 3)
+    cal.write_calibration(out, {"prefill_eff": 0.2}, rows, 3)
     loaded = load_calibration(out)
-    assert (loaded.model, loaded.gpu, loaded.params) == ("glm-5.3", "h200", {"prefill_eff": 0.05})
+    assert (loaded.model, loaded.gpu, loaded.params["prefill_eff"]) == ("glm-5.3", "h200", 0.2)
+    data = yaml.safe_load(out.read_text())
+    assert data["fitted"] == ["prefill_eff"]  # the others at the values the fit ran with
+    assert loaded.params["step_overhead_ms"] == 1.0 and set(data["meaning"]) == set(data["params"])
+    assert data["bounds"]["prefill_eff"] == [0.15, 0.6] and data["residency"] == cal.FIT_RESIDENCY
     prov = yaml.safe_load(out.read_text())["provenance"]
     assert prov["fitted_to"] == "launch/published/glm53-blog.yaml" and prov["evaluations"] == 3
 

@@ -32,8 +32,13 @@ def test_the_pool_per_mtp_mode_by_hand():
     # with MTP every block carries a 79th latent layer (576 B) and a 22nd indexer key (132 B):
     # 47,700 B -> 48,408 B per token, so 20 GiB hold as many blocks as 19.7075 GiB did
     assert mtp_kv_gib(model, "fp8", 20.0, 3, cf, 8) == pytest.approx(20.0 * 47700 / 48408)
-    nomtp = setup_from_profile(load_profile("offload512-nomtp"))
-    mtp = setup_from_profile(load_profile("offload512"))
+    # a calibrated budget (the MTP server's) is taken per MTP mode
+    cal = resolve_calibration(None, "zai-org/GLM-5.3")
+    nomtp = setup_from_profile(load_profile("offload512-nomtp"), cal)
+    mtp = setup_from_profile(load_profile("offload512"), cal)
+    kv = cal.params["kv_gib_per_gpu"]
+    assert mtp.facts["kv_gib_per_gpu"] == pytest.approx(kv * 47700 / 48408)
+    assert nomtp.facts["kv_gib_per_gpu"] == pytest.approx(kv + 9.93e9 / 8 / GIB)
     assert nomtp.pool_units > mtp.pool_units
 
 
@@ -51,9 +56,8 @@ def test_calibrated_by_default_by_model_and_gpu(tmp_path: Path):
 
 def test_pools_come_from_the_capacity_model():
     model = load_model("glm-5.3")
-    # uncalibrated: the calculator's 17.8 GiB less the MTP module's weights, in MTP-wide blocks
-    kv = mtp_kv_gib(model, "fp8", 17.8 - 9.93e9 / 8 / GIB, 3, COMPUTE["glm-5.3"], 8)
-    dep = make_deployment(model, tp=8, max_seqs=256, spec_tokens=3, kv_gib_per_gpu=kv)
+    # uncalibrated: the calculator's 17.8 GiB, as `repro capacity` gives it
+    dep = make_deployment(model, tp=8, max_seqs=256, spec_tokens=3)
     lim = capacity_at(dep, 64, mtp_hot_rows(3, model.architecture.index_topk))
     hs = setup_from_profile(load_profile("hisparse384"))
     off = setup_from_profile(load_profile("offload512"))
@@ -108,7 +112,7 @@ def test_calibration_for_another_model_or_gpu_is_refused(tmp_path: Path):
     path = tmp_path / "c.yaml"
     path.write_text(
         "schema: repro.sim-calibration/1\nmodel: deepseek-v3.2\ngpu: h200\n"
-        "params: {prefill_eff: 0.05}\n"
+        "params: {prefill_eff: 0.2}\n"
     )
     with pytest.raises(ConfigError, match="calibrated for model 'deepseek-v3.2'"):
         setup_from_profile(load_profile("hisparse384"), load_calibration(path))
