@@ -20,6 +20,8 @@ import hashlib
 import json
 from typing import Any
 
+from harness.dataset.thinktime import active_think_time
+
 # The sweep fields that define what the client sends; everything else may differ between runs.
 WORKLOAD_SWEEP_FIELDS = (
     "points",
@@ -50,6 +52,8 @@ def configuration_key(
         "build": profile.get("build"),
         "gpus": max(int(profile.get("gpus") or 0), 1),
     }
+    if think := active_think_time(sweep):  # only when it pauses: older keys stay as they were
+        material["think_time"] = think
     blob = json.dumps(material, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -63,6 +67,8 @@ def workload_identity(manifest_data: dict[str, Any]) -> dict[str, Any]:
         value = sweep.get(key)
         identity[key] = [list(p) for p in value] if key == "points" and value else value
     identity["gpus"] = manifest_data.get("gpus")
+    if think := active_think_time(sweep):
+        identity["think_time"] = think
     return identity
 
 

@@ -205,6 +205,31 @@ METRICS: dict[str, MetricSpec] = {
         "delta of the OffloadingConnector store bytes.",
     ),
     "duration_s": MetricSpec("Point duration", "s", None, "EvalScope Test Duration."),
+    **{  # from the point's per-request table (harness/analysis/goodput.py)
+        f"p{p}_{q}_{unit}": MetricSpec(
+            f"P{p} {label}", unit, "lower", f"{p}th percentile of the per-request {label}."
+        )
+        for p in (50, 90, 99)
+        for q, unit, label in (
+            ("ttft", "ms", "TTFT"),
+            ("tpot", "ms", "TPOT"),
+            ("itl", "ms", "inter-token gap"),
+            ("e2e", "s", "end-to-end latency"),
+        )
+        if (p, q) not in ((99, "ttft"), (99, "tpot"))  # EvalScope's own rows, above
+    },
+    "goodput_rps": MetricSpec(
+        "Goodput",
+        "req/s",
+        "higher",
+        "Requests meeting every latency objective (workload slo) / point duration.",
+    ),
+    "slo_attainment": MetricSpec(
+        "SLO attainment",
+        "fraction",
+        "higher",
+        "Share of the point's requests meeting every latency objective (workload slo).",
+    ),
 }
 
 

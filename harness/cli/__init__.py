@@ -24,6 +24,7 @@ AREAS: dict[str, tuple[str, ...]] = {
     "compare": ("report",),
     "dataset": ("dataset",),
     "doctor": ("doctor",),
+    "export": ("export",),
     "figure": ("report",),
     "history": ("regress",),
     "k8s": ("sweep", "cluster"),  # cluster registers after sweep: it extends `runs`

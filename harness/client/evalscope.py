@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.metrics import RequestTiming
+from harness.dataset.thinktime import ThinkTime
 from harness.errors import RunError
 from harness.results import ClientSummary
 from harness.serve.lifeline import guard_group
@@ -80,6 +81,8 @@ class ClientArgs:
     multi_turn: bool
     max_turns: int | None
     extra_args: dict[str, Any]  # the --extra-args body (ignore_eos first)
+    think_time: ThinkTime | None = None  # a pause before turns > 1: the repro_think plugin
+    time_scale: float = 1.0  # engine sim over HTTP: virtual time runs K x faster
 
 
 def client_command(
@@ -128,7 +131,38 @@ def client_command(
         "--no-timestamp",
         "--no-test-connection",
     ]
+    if args.think_time is not None and args.think_time.active:
+        return think_time_command(args, cmd[1:], outputs_dir)
     return cmd
+
+
+THINK_LOG = "think_time.jsonl"  # in the point's --outputs-dir
+
+
+def think_time_command(args: ClientArgs, perf_args: list[str], outputs_dir: Path) -> list[str]:
+    """The same `perf` arguments, run through the think-time plugin (harness/client/thinktime.py):
+    the one change to EvalScope's own argv is `--api repro_think`."""
+    assert args.think_time is not None
+    model = args.think_time
+    if model.path is not None:  # the child may run elsewhere: an absolute file
+        model = model.model_copy(update={"path": str(Path(model.path).expanduser().resolve())})
+    perf_args = list(perf_args)
+    perf_args[perf_args.index("--api") + 1] = "repro_think"
+    return [
+        sys.executable,
+        "-m",
+        "harness.client.thinktime",
+        "--think",
+        model.model_dump_json(),
+        "--log",
+        str(outputs_dir / THINK_LOG),
+        "--dataset",
+        str(args.dataset_path),
+        "--time-scale",
+        f"{args.time_scale:g}",
+        "--",
+        *perf_args,
+    ]
 
 
 def client_env() -> dict[str, str]:

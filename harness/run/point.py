@@ -13,7 +13,10 @@ import requests
 
 from harness.analysis.fidelity import check_fidelity
 from harness.analysis.metrics import derive_point_metrics
+from harness.analysis.point_table import keep_request_table
+from harness.analysis.request_table import dataset_keys, read_evalscope_rows
 from harness.client.evalscope import (
+    THINK_LOG,
     ChildResult,
     ClientArgs,
     client_env,
@@ -251,6 +254,9 @@ def run_point(
     sentinels = list(client.sentinels) if client is not None else []
     reasons += client_reasons(client, number=plan.number, turns=turns, sentinels=sentinels)
     timings = read_requests(ev_dir)
+    table_rows = read_evalscope_rows(
+        ev_dir, dataset_keys(args.dataset_path), layout.evalscope_dir(plan.point_id) / THINK_LOG
+    )
     derived = derive_point_metrics(
         m.samples,
         client=client,
@@ -258,6 +264,14 @@ def run_point(
         requests=timings,
         parallel=plan.parallel,
         gpus=gpus,
+    )
+    derived.metrics = keep_request_table(
+        layout.point_dir(plan.point_id),
+        table_rows,
+        derived.metrics,
+        slo=spec.slo,
+        time_scale=time_scale,
+        epoch_offset=child.started_at - child.started_mono,
     )
     if derived.counter_resets:
         reasons.append(

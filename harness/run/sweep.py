@@ -107,6 +107,8 @@ def _client_args(target: Target, ds: DatasetFacts, model: str, base_url: str) ->
         multi_turn=spec.multi_turn,
         max_turns=spec.max_turns,
         extra_args=extra,
+        think_time=spec.think_time,
+        time_scale=float(target.time_scale or 1.0),
     )
 
 

@@ -26,6 +26,7 @@ from pydantic import (
     field_validator,
 )
 
+from harness.analysis.slo import parse_slo
 from harness.config import (
     at_key,
     describe_error,
@@ -34,6 +35,7 @@ from harness.config import (
     safe_load,
     yaml_problem,
 )
+from harness.dataset.thinktime import NO_THINK_TIME, ThinkTime
 from harness.errors import ConfigError
 from harness.paths import PROFILES_DIR
 from harness.serve.builds import Build, get_build, serve_json_schemas, serve_option_table
@@ -64,6 +66,18 @@ class SweepSpec(BaseModel, extra="forbid"):
     point_timeout_s: PositiveFloat = 10800.0
     sleep_between_points_s: NonNegativeFloat = 5.0
     warmup_requests: NonNegativeInt = 2
+    # agents pause between turns (harness/dataset/thinktime.py); none: the blog's workload
+    think_time: ThinkTime = NO_THINK_TIME
+    # latency objectives for goodput, e.g. "ttft=2s,tpot=50ms" (harness/analysis/slo.py)
+    slo: str | None = None
+
+    @field_validator("slo")
+    @classmethod
+    def _objectives(cls, slo: str | None) -> str | None:
+        try:
+            return None if slo is None else parse_slo(slo, source="slo").text()
+        except ConfigError as exc:
+            raise ValueError(str(exc).removeprefix("slo: ")) from None
 
     @field_validator("points")
     @classmethod

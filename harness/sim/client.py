@@ -2,14 +2,22 @@
 
 `parallel` workers each own one conversation at a time and claim the next in dataset order
 after the offset rotation; each turn re-sends the whole history (previous prompt + reply + the
-new user turn); replies are fixed `max_tokens` (ignore_eos); no think time; a failed turn
-abandons the rest of its conversation. Token counts per turn come from the dataset.
+new user turn); replies are fixed `max_tokens` (ignore_eos); a failed turn abandons the rest
+of its conversation. Token counts per turn come from the dataset.
+
+Think time (harness/dataset/thinktime.py): the next turn of a conversation is sent `pause`
+virtual seconds after the previous reply ended, exactly as the `repro_think` EvalScope plugin
+does on a real server: the request's start (and so its TTFT and latency) is after the pause,
+and the worker keeps its conversation during it. With no think time (or pauses of 0) every turn
+is sent at the instant the previous one ended, as before.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from harness.dataset.thinktime import PauseTable
 from harness.sim.request import Request
 
 
@@ -55,6 +63,7 @@ class Turn:
     ttft: float | None = None
     decode_steps: int = 0
     client_cached: int = 0  # EvalScope's client-side cache estimate: P_{t-1} + reply
+    think: float = 0.0  # the pause before this turn (virtual seconds)
 
 
 @dataclass
@@ -66,6 +75,7 @@ class PointClient:
     max_tokens: int
     max_model_len: int
     rid_base: int = 0
+    pauses: PauseTable | None = None  # think time before turns > 1 (None: none)
     records: list[Turn] = field(default_factory=list)
     _next_conv: int = 0
     _active: int = 0
@@ -101,7 +111,9 @@ class PointClient:
         cached = prompt_tokens(user, turn - 1, self.max_tokens) + self.max_tokens if turn > 1 else 0
         rid = self.rid_base + self._rid
         self._rid += 1
-        rec = Turn(conv, turn, now, None, False, prompt, client_cached=cached)
+        think = self.pauses.pause(conv, turn) if self.pauses is not None else 0.0
+        now += think  # sent after the pause: the pause is in no request's times
+        rec = Turn(conv, turn, now, None, False, prompt, client_cached=cached, think=think)
         self.records.append(rec)
         if prompt + self.max_tokens > self.max_model_len:
             rec.end = now  # vLLM answers 400: the conversation is abandoned
@@ -121,3 +133,29 @@ class PointClient:
                 return nxt
         self._active -= 1
         return self._claim(now)
+
+
+def table_rows(records: list[Turn]) -> list[Any]:
+    """The client's turns as per-request table rows (harness/analysis/request_table.py); the
+    inter-token gaps are the request's decode time spread over its decode steps."""
+    from harness.analysis.request_table import RequestRow
+
+    rows = []
+    for r in records:
+        decode = (r.end - r.start - r.ttft) if r.end is not None and r.ttft is not None else 0.0
+        steps = r.decode_steps if r.success else 0
+        rows.append(
+            RequestRow(
+                conversation=r.conv,
+                turn=r.turn,
+                start=r.start,
+                end=r.end if r.success else None,
+                ttft=r.ttft,
+                output_tokens=r.out if r.success else None,
+                prompt_tokens=r.prompt,
+                success=r.success,
+                itl=[decode / steps] * steps if steps else [],
+                think=r.think,
+            )
+        )
+    return rows

@@ -18,6 +18,7 @@ from harness import __version__
 from harness.analysis.metrics import RequestTiming, derive_point_metrics
 from harness.client.scrape import write_samples_csv
 from harness.config import read_json, read_yaml, require_mapping
+from harness.dataset.thinktime import PauseTable
 from harness.errors import ConfigError, RunError
 from harness.identity import configuration_key
 from harness.paths import DATASETS_DIR, results_dir
@@ -39,6 +40,7 @@ from harness.sim.config import (
     split_overrides,
 )
 from harness.sim.startup import EngineRefused
+from harness.sim.tables import with_table, write_point_table
 
 BLOG_SHAPE = {
     "number": 128,
@@ -166,13 +168,14 @@ def simulate_points(
             turns,
             sweep.max_tokens,
             setup.max_model_len,
+            pauses=PauseTable(sweep.think_time) if sweep.think_time.active else None,
         )
         res = engine.run_point(client, sweep.scrape_interval_s)
         record = _record(plan, client, res, turns, gpus)
         interval = setup.interval80(record.metrics)
         if interval:  # the calibration's 80 % prediction interval (harness.sim.calibrate)
             record.fidelity["interval80"] = interval
-        out.append((record, res.samples))
+        out.append(with_table(record, res.samples, client, sweep))
         engine.now += sweep.sleep_between_points_s
     return out
 
@@ -352,7 +355,9 @@ def write_simulated_run(
 ) -> None:
     """Manifest, then each point's samples and record, then the summary."""
     atomic_write_json(layout.manifest, manifest)
-    for record, samples in results:
+    for item in results:
+        record, samples = item
+        write_point_table(layout.point_dir(record.point_id), item)
         write_samples_csv(layout.samples_csv(record.point_id), samples)
         atomic_write_json(layout.point_json(record.point_id), record)
     write_summary(layout, manifest.run_id, [r for r, _ in results])
