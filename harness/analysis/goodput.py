@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -99,3 +100,18 @@ def max_concurrency_meeting(
         if point.valid and value is not None and value >= threshold:
             best = point.parallel if best is None else max(best, point.parallel)
     return best
+
+
+def meeting_slo(groups: Sequence[Sequence[Any]], threshold: float = ATTAINMENT_THRESHOLD):
+    """The point groups (repeats of one point, in concurrency order) whose median attainment
+    over valid repeats is at least ``threshold``."""
+    out = []
+    for group in groups:
+        values = [
+            float(v)
+            for p in group
+            if p.valid and (v := p.metrics.get("slo_attainment")) is not None
+        ]
+        if values and statistics.median(values) >= threshold:
+            out.append(group)
+    return out

@@ -19,8 +19,10 @@ times a factor::
         right: {arm: offloading, point: c32, metric: occupancy}
         factor: 2.5                     # left >= 2.5 x right
 
-An operand's ``point`` is a label (``c32``), ``top`` (the highest-concurrency point) or ``all``
-(every point must satisfy the claim; left side only). It reads either a ``metric``
+An operand's ``point`` is a label (``c32``), ``top`` (the highest-concurrency point), ``slo``
+(the highest-concurrency point whose requests met the workload's latency objectives for at
+least 90 %: ``{point: slo, field: parallel}`` is "the highest concurrency that meets them") or
+``all`` (every point must satisfy the claim; left side only). It reads either a ``metric``
 (``harness.results.METRICS``; the median over valid repeats) or a ``field`` of the point
 (``parallel`` or ``number``). A claim whose arm has no run is *skipped*; one whose value is
 missing *fails* (the run did not produce the evidence).
@@ -44,6 +46,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from harness.analysis.goodput import meeting_slo
 from harness.analysis.groups import group_by_point
 from harness.config import load_yaml
 from harness.errors import ReproError
@@ -173,6 +176,8 @@ def _points(run: Run, selector: str) -> list[list[PointRecord]]:
         return ordered
     if selector == "top":
         return ordered[-1:]
+    if selector == "slo":  # the highest concurrency meeting the objectives (analysis/goodput)
+        return meeting_slo(ordered)[-1:]
     return [g for g in ordered if g[0].label == selector]
 
 

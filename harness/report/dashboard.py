@@ -38,6 +38,7 @@ from harness.capacity.figures import capacity_figures
 from harness.errors import ReproError, RunError
 from harness.paths import dashboards_dir, results_dir
 from harness.report.figures import Series, figure_title, load_published, pareto_figure, run_series
+from harness.report.per_turn import per_turn_figures
 from harness.report.predicted import predicted_tables
 from harness.report.tables import curve_table, fmt_cell, point_tables, provenance, when
 from harness.report.timeseries import timeseries_figures
@@ -192,6 +193,8 @@ def render_report(
     ]
     series = run_series(runs)
     capacity, capacity_notes = capacity_section(runs, [s.name for s in series], len(figures))
+    # per-request tables: TTFT / prefix hit by turn, TTFT CDF, KV transfer (report/per_turn.py)
+    figures += [_embedded(f"per-turn-{i}", c, f) for i, c, f in per_turn_figures(runs)]
     timeseries = [
         _embedded(f"timeseries-{index}", caption, fig)
         for index, caption, fig in timeseries_figures(runs, series)
