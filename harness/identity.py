@@ -20,8 +20,6 @@ import hashlib
 import json
 from typing import Any
 
-from harness.dataset.thinktime import active_think_time
-
 # The sweep fields that define what the client sends; everything else may differ between runs.
 WORKLOAD_SWEEP_FIELDS = (
     "points",
@@ -31,6 +29,17 @@ WORKLOAD_SWEEP_FIELDS = (
     "multi_turn",
     "max_turns",
 )
+
+
+def active_think_time(sweep: dict[str, Any]) -> dict[str, Any] | None:
+    """The sweep's think time (harness/dataset/thinktime.py) when it pauses at all; the
+    identities hash it only then, so those of runs without think time are unchanged."""
+    think = sweep.get("think_time")
+    if not isinstance(think, dict) or think.get("kind", "none") == "none":
+        return None
+    if think.get("kind") == "fixed" and not think.get("seconds"):
+        return None
+    return think
 
 
 def configuration_key(

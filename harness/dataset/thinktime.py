@@ -148,16 +148,3 @@ def load_pause_file(path: Path) -> list[list[float]]:
 
 
 NO_THINK_TIME = ThinkTime()
-
-
-def active_think_time(sweep: dict) -> dict | None:
-    """A sweep dump's think time when it pauses at all (identities hash it only then, so the
-    identities of runs without think time are unchanged)."""
-    data = sweep.get("think_time")
-    if not isinstance(data, dict):
-        return None
-    try:
-        model = ThinkTime.model_validate(data)
-    except ValueError:
-        return data
-    return model.model_dump(mode="json") if model.active else None
