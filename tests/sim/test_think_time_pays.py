@@ -1,0 +1,95 @@
+"""Hand-checked: a session whose blocks leave the GPU pool during its pause pays on its next turn.
+
+Workload: 3 conversations x 3 turns (30,000 + 2 x 500 user tokens, 220-token replies) at c2, on a
+GPU pool of 1,100 64-token blocks (`serve.num-gpu-blocks-override`). Conversation 0 pauses 30 s
+before its turn 2 (a per-turn think-time file); nobody else pauses.
+
+Offloading, by hand: after turn 1, conversation 0 leaves 30,220 // 64 = 472 full blocks in the
+GPU prefix cache (and stores them to the CPU pool). During its pause conversation 1 finishes
+(31,660 tokens: 494 cached blocks) and conversation 2 starts, growing to 31,660 tokens = 495
+blocks. Only 1,100 - 472 - 494 = 134 blocks are free and uncached, so 495 - 134 = 361 of
+conversation 0's blocks are evicted (the least recently used: its own are older than
+conversation 1's). Its turn 2 then finds 472 - 361 = 111 blocks on the GPU and loads the other
+361 from the CPU pool: 361 x 64 tokens x 47,700 B = 1,102,060,800 B, the point's whole
+`offload_load_gib`. Without the pause the same sweep loads nothing.
+HiSparse: the same turn comes back host-resident (its latent history is read from the host as
+top-K misses), so the point's host-to-device traffic goes from 0 to > 0 and the turn is slower.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.analysis.request_table import read_table
+from harness.report.per_turn import transfer_figure
+from harness.results import load_run
+from harness.sim.run import run_simulation
+
+BLOCK_BYTES = 64 * 47_700  # offload512: 64-token blocks of GLM-5.3's 47,700 B/token (per GPU)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("pays")
+    recipe = root / "three.yaml"
+    recipe.write_text(
+        "number: 3\nnum_turns: 3\nfirst_turn_length: 30000\nsubsequent_turn_length: 500\n"
+    )
+    pauses = root / "pauses.json"
+    pauses.write_text(json.dumps({"pauses_s": [[30, 0], [0, 0], [0, 0]]}))
+    return recipe, pauses
+
+
+def simulate(files, out: Path, profile: str, paused: bool):
+    recipe, pauses = files
+    think = f"{{kind: file, path: {pauses}}}" if paused else "{kind: none}"
+    run_dir = run_simulation(
+        profile,
+        dataset=str(recipe),
+        overrides=[
+            "sweep.points=[[2,3]]",
+            "sweep.dataset_offset=0",
+            "sweep.scrape_interval_s=1",
+            "serve.num-gpu-blocks-override=" + ("1100" if profile == "offload512" else "20000"),
+            "serve.max-model-len=40000",
+            f"sweep.think_time={think}",
+        ],
+        out=out,
+        run_id=f"{profile}-{'paused' if paused else 'plain'}",
+    )
+    run = load_run(run_dir)
+    (point,) = run.points
+    table = read_table(run_dir / "points" / point.point_id / "requests.parquet")
+    return run, point, table.set_index(["conversation", "turn"])
+
+
+def test_offloading_reloads_the_evicted_blocks_of_a_paused_session(files, tmp_path):
+    _, plain, plain_t = simulate(files, tmp_path, "offload512", paused=False)
+    run, paused, paused_t = simulate(files, tmp_path, "offload512", paused=True)
+    assert plain.valid and paused.valid
+    assert plain.metrics["offload_load_gib"] == 0.0
+    loaded = paused.metrics["offload_load_gib"] * 2**30
+    assert loaded == pytest.approx(361 * BLOCK_BYTES, rel=1e-12)
+    assert paused_t.loc[(0, 2), "think_s"] == 30.0
+    # the reload is on that turn's first token: slower than the same turn without the pause
+    assert paused_t.loc[(0, 2), "ttft_s"] > plain_t.loc[(0, 2), "ttft_s"] * 1.2
+    # conversation 2, which ran during the pause, pays nothing
+    assert paused_t.loc[(2, 2), "ttft_s"] == pytest.approx(plain_t.loc[(2, 2), "ttft_s"])
+    assert paused.metrics["prefix_cache_hit_rate"] < plain.metrics["prefix_cache_hit_rate"]
+    # counted in the point's transfer figure
+    bars = {t.name: list(t.y) for t in transfer_figure([run]).data}
+    assert bars["offload loads (CPU→GPU)"] == [paused.metrics["offload_load_gib"]]
+
+
+def test_hisparse_reads_the_paused_sessions_history_from_the_host(files, tmp_path):
+    _, plain, plain_t = simulate(files, tmp_path, "hisparse384", paused=False)
+    _, paused, paused_t = simulate(files, tmp_path, "hisparse384", paused=True)
+    assert plain.metrics["hisparse_h2d_gib"] == 0.0
+    assert paused.metrics["hisparse_h2d_gib"] > 1.0
+    # host-resident from its return on: both later turns reach their first token later (its
+    # decode runs alone after the pause, so TPOT is not compared)
+    for turn in (2, 3):
+        assert paused_t.loc[(0, turn), "ttft_s"] > plain_t.loc[(0, turn), "ttft_s"]
