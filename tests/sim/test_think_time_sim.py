@@ -78,3 +78,15 @@ def test_seeded_exponential_pauses_are_the_same_in_every_run(small, tmp_path):
     for row in a[a["turn"] > 1].itertuples():
         assert row.think_s == table.pause(row.conversation, row.turn)
         assert row.gap_s == pytest.approx(row.think_s, abs=1e-9)
+
+
+def test_the_prediction_claims_file_is_valid_and_names_real_profiles():
+    from harness.gate.claims import load_claims
+    from harness.paths import CLAIMS_DIR
+    from harness.serve.profiles import load_profile
+
+    claims = load_claims(CLAIMS_DIR / "think-time-predictions.yaml")
+    assert all(c.text.startswith("PREDICTION") for c in claims.claims)
+    for arm in claims.arms.values():
+        for name in arm.profiles:
+            assert load_profile(name).name == name
