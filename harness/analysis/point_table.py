@@ -12,8 +12,16 @@ from pathlib import Path
 import pandas as pd
 
 from harness.analysis.goodput import merge_table_metrics, table_metrics
-from harness.analysis.request_table import TABLE_NAME, RequestRow, build_table, write_table
+from harness.analysis.request_table import (
+    TABLE_NAME,
+    RequestRow,
+    build_table,
+    dataset_keys,
+    read_evalscope_rows,
+    write_table,
+)
 from harness.analysis.slo import parse_slo
+from harness.errors import ReproError
 
 
 def keep_request_table(
@@ -33,6 +41,30 @@ def keep_request_table(
     write_table(point_dir / TABLE_NAME, frame)
     objectives = parse_slo(slo, source="sweep.slo") if slo else None
     return merge_table_metrics(metrics, table_metrics(frame, objectives))
+
+
+def keep_evalscope_table(
+    point_dir: Path,
+    evalscope_point_dir: Path,
+    metrics: dict[str, float | None],
+    *,
+    notes: list[str],
+    dataset: Path | None,
+    think_log: Path | None,
+    slo: str | None,
+    time_scale: float = 1.0,
+    epoch_offset: float | None = None,
+) -> dict[str, float | None]:
+    """`keep_request_table` from EvalScope's sqlite; an unreadable one leaves no table and a
+    note saying why (the point's other records do not depend on it)."""
+    try:
+        rows = read_evalscope_rows(evalscope_point_dir, dataset_keys(dataset), think_log)
+    except ReproError as exc:
+        notes.append(str(exc))
+        return metrics
+    return keep_request_table(
+        point_dir, rows, metrics, slo=slo, time_scale=time_scale, epoch_offset=epoch_offset
+    )
 
 
 def point_table(run_root: Path, point_id: str) -> pd.DataFrame | None:

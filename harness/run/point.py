@@ -13,8 +13,7 @@ import requests
 
 from harness.analysis.fidelity import check_fidelity
 from harness.analysis.metrics import derive_point_metrics
-from harness.analysis.point_table import keep_request_table
-from harness.analysis.request_table import dataset_keys, read_evalscope_rows
+from harness.analysis.point_table import keep_evalscope_table
 from harness.client.evalscope import (
     THINK_LOG,
     ChildResult,
@@ -254,9 +253,6 @@ def run_point(
     sentinels = list(client.sentinels) if client is not None else []
     reasons += client_reasons(client, number=plan.number, turns=turns, sentinels=sentinels)
     timings = read_requests(ev_dir)
-    table_rows = read_evalscope_rows(
-        ev_dir, dataset_keys(args.dataset_path), layout.evalscope_dir(plan.point_id) / THINK_LOG
-    )
     derived = derive_point_metrics(
         m.samples,
         client=client,
@@ -265,10 +261,13 @@ def run_point(
         parallel=plan.parallel,
         gpus=gpus,
     )
-    derived.metrics = keep_request_table(
+    derived.metrics = keep_evalscope_table(
         layout.point_dir(plan.point_id),
-        table_rows,
+        ev_dir,
         derived.metrics,
+        notes=notes,
+        dataset=args.dataset_path,
+        think_log=layout.evalscope_dir(plan.point_id) / THINK_LOG,
         slo=spec.slo,
         time_scale=time_scale,
         epoch_offset=child.started_at - child.started_mono,
