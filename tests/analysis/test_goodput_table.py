@@ -141,3 +141,18 @@ def test_bad_table_file_is_named(tmp_path):
         read_table(bad)
     with pytest.raises(RunError, match="missing"):
         read_table(tmp_path / "none.parquet")
+
+
+def test_unreadable_evalscope_db_leaves_no_table_and_a_note(tmp_path):
+    from harness.analysis.point_table import keep_evalscope_table
+
+    ev = tmp_path / "ev"
+    ev.mkdir()
+    (ev / "benchmark_data.db").write_bytes(b"not a database at all" * 100)
+    notes: list[str] = []
+    metrics = keep_evalscope_table(
+        tmp_path / "p", ev, {"occupancy": 2.0}, notes=notes, dataset=None, think_log=None, slo=None
+    )
+    assert metrics == {"occupancy": 2.0}
+    assert not (tmp_path / "p" / "requests.parquet").exists()
+    assert len(notes) == 1 and "benchmark_data.db: cannot read EvalScope's results" in notes[0]
