@@ -8,6 +8,7 @@ goodput metrics.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -20,7 +21,7 @@ from harness.analysis.request_table import (
     read_evalscope_rows,
     write_table,
 )
-from harness.analysis.slo import parse_slo
+from harness.analysis.slo import Objectives, parse_slo
 from harness.errors import ReproError
 
 
@@ -73,3 +74,21 @@ def point_table(run_root: Path, point_id: str) -> pd.DataFrame | None:
 
     path = Path(run_root) / "points" / point_id / TABLE_NAME
     return read_table(path) if path.exists() else None
+
+
+def apply_objectives(run: Any, objectives: Objectives) -> str:
+    """Recompute `goodput_rps` and `slo_attainment` of every point of a loaded run (in memory)
+    from its table under ``objectives`` (e.g. `claims check --slo`); returns a note."""
+    done, missing = 0, 0
+    for point in run.points:
+        table = point_table(run.root, point.point_id)
+        if table is None:
+            missing += 1
+            point.metrics["goodput_rps"] = point.metrics["slo_attainment"] = None
+            continue
+        extra = table_metrics(table, objectives)
+        point.metrics["goodput_rps"] = extra.get("goodput_rps")
+        point.metrics["slo_attainment"] = extra.get("slo_attainment")
+        done += 1
+    note = f"run {run.name}: goodput under {objectives.text()} from {done} per-request tables"
+    return note + (f" ({missing} points without one: no value)" if missing else "")

@@ -135,18 +135,29 @@ def _parse_arm(values: tuple[str, ...]) -> dict[str, Path]:
 )
 @flag("--json", "as_json", help="Print results as JSON.")
 @path_option("--markdown", help="Also write a markdown table.")
+@text_option(
+    "--slo",
+    metavar="OBJECTIVES",
+    help="Judge goodput_rps / slo_attainment (and point 'slo') under these objectives, e.g. "
+    "ttft=2s,tpot=50ms, recomputed from the per-request tables (default: as recorded).",
+)
 def claims_check(
     runs: tuple[Path, ...],
     claims_path: Path | None,
     arms: tuple[str, ...],
     as_json: bool,
     markdown: Path | None,
+    slo: str | None,
 ) -> None:
     """Say which claims hold for RUNS. Exit 1 if any fails, 2 if none applies."""
+    from harness.analysis.slo import parse_slo
     from harness.gate.claims import claims_exit_code, claims_to_dict, render_claims, run_claims
 
     _guard_markdown(markdown)
-    results, notes = run_claims(runs, claims_path=claims_path, explicit=_parse_arm(arms))
+    objectives = parse_slo(slo, source="--slo") if slo is not None else None
+    results, notes = run_claims(
+        runs, claims_path=claims_path, explicit=_parse_arm(arms), objectives=objectives
+    )
     if as_json:
         click.echo(json.dumps({"notes": notes, "claims": claims_to_dict(results)}, indent=2))
     else:

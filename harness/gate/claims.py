@@ -303,7 +303,10 @@ def run_claims(
     *,
     claims_path: Path | str | None = None,
     explicit: dict[str, Path] | None = None,
+    objectives: Any = None,
 ) -> tuple[list[ClaimResult], list[str]]:
+    """``objectives`` (harness.analysis.slo.Objectives, `--slo`): goodput and SLO attainment
+    are recomputed from the points' per-request tables under them before judging."""
     runs = [load_run(d) for d in run_dirs]
     if claims_path is None:
         first = runs[0] if runs else (load_run(next(iter(explicit.values()))) if explicit else None)
@@ -313,6 +316,10 @@ def run_claims(
         claims_path = default_claims_path(gpus, first.manifest.profile_name)
     claims = load_claims(claims_path)
     mapping, notes = match_runs(claims, runs, explicit)
+    if objectives is not None:
+        from harness.analysis.point_table import apply_objectives
+
+        notes += [apply_objectives(run, objectives) for run in mapping.values()]
     results = check_claims(claims, mapping)
     if all(r.status == "skipped" for r in results):
         raise ReproError(

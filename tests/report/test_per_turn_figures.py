@@ -90,3 +90,24 @@ def test_claims_gate_on_goodput_and_highest_concurrency_meeting_objectives(runs)
     assert "no such point" in results["o-meets-c1"].detail
     assert results["h-goodput"].status == "holds"
     assert results["h-goodput"].right == 0.0
+
+
+def test_claims_check_slo_recomputes_goodput_from_the_tables(runs, tmp_path):
+    from click.testing import CliRunner
+
+    from harness.cli import cli
+
+    claims = tmp_path / "c.yaml"
+    claims.write_text(
+        "arms:\n  o: {profiles: [offload512]}\nclaims:\n"
+        "  - id: o-meets-c4\n    left: {arm: o, point: slo, field: parallel}\n"
+        "    op: '>='\n    value: 4\n"
+    )
+    base = ["claims", "check", str(runs[1]), "--claims", str(claims)]
+    recorded = CliRunner().invoke(cli, base)  # recorded under ttft=1ms: nothing meets it
+    assert recorded.exit_code == 1, recorded.output
+    loose = CliRunner().invoke(cli, [*base, "--slo", "ttft=60s"])
+    assert loose.exit_code == 0, loose.output
+    assert "goodput under ttft=60s from 2 per-request tables" in loose.output
+    bad = CliRunner().invoke(cli, [*base, "--slo", "ttft=60"])
+    assert bad.exit_code != 0 and "--slo: ttft='60'" in str(bad.exception or bad.output)
