@@ -19,6 +19,8 @@ file, bad syntax); :func:`require_mapping` (the top level must be a mapping); va
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,6 +30,17 @@ from pydantic import BaseModel, ValidationError
 from harness.errors import ConfigError, ReproError
 
 M = TypeVar("M", bound=BaseModel)
+
+# Bounds on what one file may hold. A config is a few KB; the largest record (a point.json of
+# 1,664 requests) is under 1 MB; a built dataset of 128 conversations x 13 turns at 1M tokens
+# is ~0.5 GB. Beyond these a file is not what it claims to be, and reading it would only
+# exhaust memory ("billion laughs" YAML, /dev/zero linked as a manifest).
+MAX_DEPTH = 64  # nesting of mappings/lists (the deepest real file, a profile, has 5)
+MAX_YAML_NODES = 200_000  # nodes after alias expansion (the largest real config: ~2,000)
+RECORD_BYTES = 64 * 2**20
+CONFIG_BYTES = 16 * 2**20
+DATA_BYTES = 4 * 2**30
+_CAPS = {"record": RECORD_BYTES, "dataset": DATA_BYTES, "built dataset": DATA_BYTES}
 
 
 def key_path(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -87,8 +100,54 @@ def validate(
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping: plain YAML keeps the last
-    value silently, so a profile could say `max-num-seqs: 4` and serve 8."""
+    """SafeLoader that refuses a key given twice in one mapping (plain YAML keeps the last value
+    silently, so a profile could say `max-num-seqs: 4` and serve 8), nesting deeper than
+    :data:`MAX_DEPTH`, and aliases that expand to more than :data:`MAX_YAML_NODES` nodes."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._expanded = 0
+        self._sizes: dict[int, int] = {}
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            node = self.anchors.get(event.anchor)
+            if node is not None:
+                self._expanded += _node_count(node, self._sizes)
+                if self._expanded > MAX_YAML_NODES:
+                    raise yaml.composer.ComposerError(
+                        None, None,
+                        f"aliases expand to more than {MAX_YAML_NODES:,} nodes",
+                        event.start_mark,
+                    )  # fmt: skip
+            return super().compose_node(parent, index)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested deeper than {MAX_DEPTH} levels", mark
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _node_count(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """Nodes under ``node`` counted as an expansion would copy them (memoized per node, so a
+    chain of aliases costs linear time to measure, not the exponential size it stands for)."""
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    total = 1
+    if isinstance(node, yaml.MappingNode):
+        total += sum(_node_count(k, sizes) + _node_count(v, sizes) for k, v in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        total += sum(_node_count(item, sizes) for item in node.value)
+    sizes[id(node)] = total
+    return total
 
 
 def _unique_keys(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -134,15 +193,76 @@ def parse_yaml(
         return safe_load(text)
     except yaml.YAMLError as exc:
         raise error(f"{source}: not valid YAML ({yaml_problem(exc)})") from None
+    except RecursionError:  # belt and braces: MAX_DEPTH stops composing long before
+        raise error(f"{source}: not valid YAML (nested too deeply)") from None
 
 
-def read_text(path: Path, what: str, *, error: type[ReproError] = ConfigError) -> str:
+def read_bytes(
+    path: Path, what: str, *, error: type[ReproError] = ConfigError, limit: int | None = None
+) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (by default the cap for
+    ``what``). A FIFO, a device or a folder is refused without blocking on it."""
+    cap = limit if limit is not None else _CAPS.get(what, CONFIG_BYTES)
     try:
-        return path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise error(f"{path}: {what} not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise error(f"{path}: cannot read {what}: not a regular file")
+    with os.fdopen(fd, "rb") as handle:
+        if info.st_size > cap:
+            raise error(f"{path}: {what} of {info.st_size:,} bytes; at most {cap:,} are read")
+        try:
+            data = handle.read(cap + 1)
+        except OSError as exc:
+            raise error(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    if len(data) > cap:  # it grew while being read
+        raise error(f"{path}: {what} of more than {cap:,} bytes; at most {cap:,} are read")
+    return data
+
+
+def read_text(
+    path: Path, what: str, *, error: type[ReproError] = ConfigError, limit: int | None = None
+) -> str:
+    data = read_bytes(Path(path), what, error=error, limit=limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise error(f"{path}: cannot read {what}: {exc}") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def json_depth(data: Any) -> int:
+    """Nesting depth of parsed JSON (iterative: any depth is measured without recursion)."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            deepest = max(deepest, depth)
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((item, depth + 1) for item in items if isinstance(item, dict | list))
+    return deepest
+
+
+def parse_json(text: str | bytes, source: Path | str, *, error: type[ReproError] = ConfigError,
+               ) -> Any:  # fmt: skip
+    """Strict JSON: NaN/Infinity refused (the harness never writes them), nesting bounded."""
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise error(f"{source}: not valid JSON (nested deeper than {MAX_DEPTH} levels)") from None
+    except ValueError as exc:  # JSONDecodeError, and the constants above
+        raise error(f"{source}: not valid JSON ({exc})") from None
+    if json_depth(data) > MAX_DEPTH:
+        raise error(f"{source}: not valid JSON (nested deeper than {MAX_DEPTH} levels)")
+    return data
 
 
 def read_yaml(path: Path | str, what: str, *, error: type[ReproError] = ConfigError) -> Any:
@@ -152,12 +272,9 @@ def read_yaml(path: Path | str, what: str, *, error: type[ReproError] = ConfigEr
 
 
 def read_json(path: Path | str, what: str, *, error: type[ReproError] = ConfigError) -> Any:
+    """The JSON content of ``path`` (a regular file within the cap for ``what``)."""
     path = Path(path)
-    text = read_text(path, what, error=error)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise error(f"{path}: not valid JSON ({exc})") from None
+    return parse_json(read_text(path, what, error=error), path, error=error)
 
 
 def require_mapping(

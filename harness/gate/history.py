@@ -34,6 +34,7 @@ from harness.errors import ReproError, RunError
 from harness.gate.regress import RunView, view_from_parts
 from harness.identity import workload_id, workload_identity
 from harness.paths import results_dir
+from harness.records import promise_problems, row_ids, run_damage
 from harness.results import Run
 
 STATES = ("accepted", "rejected")
@@ -156,6 +157,7 @@ def baseline_problem(manifest_data: dict[str, Any], points: list[dict[str, Any]]
         problems.append(f"status {status!r}")
     if not any(p.get("valid") for p in points):
         problems.append(f"0 valid points of {len(points)}")
+    problems += promise_problems(manifest_data, row_ids(points))
     return ", ".join(problems) or None
 
 
@@ -229,6 +231,9 @@ class History:
         """Append a run (once per run directory) and an event with its initial state.
         ``key`` defaults to :func:`history_key` of the run's manifest."""
         _check_state(state)
+        damage = run_damage(run) if state == "accepted" else []
+        if damage:  # not even with --force: its points are not what its manifest says
+            raise RunError(f"{run.root}: damaged run, not accepted: {'; '.join(damage)}")
         manifest = run.manifest.model_dump(mode="json")
         build = manifest.get("build") or {}
         profile = manifest.get("profile") or {}

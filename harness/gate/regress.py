@@ -52,9 +52,10 @@ from typing import Any
 from harness.analysis import frontier
 from harness.analysis.groups import PointValues, group_rows, point_rows
 from harness.analysis.stats import median_ci as default_median_ci
-from harness.errors import ReproError
+from harness.errors import ReproError, RunError
 from harness.gate.policy import CurveRule, MetricRule, Policy
 from harness.identity import workload_id, workload_identity
+from harness.records import run_damage
 from harness.results import METRICS, Run
 from harness.text import fmt_number
 
@@ -108,6 +109,11 @@ def view_from_parts(
 
 
 def view_from_run(run: Run) -> RunView:
+    """The run as the gate reads it; a damaged run (harness.records) is refused: its points are
+    not what its manifest says, so no verdict on it means anything."""
+    damage = run_damage(run)
+    if damage:
+        raise RunError(f"{run.root}: damaged run: {'; '.join(damage)}")
     return view_from_parts(
         name=run.name,
         source=str(run.root),

@@ -12,7 +12,9 @@ from harness.client.evalscope import ClientArgs
 from harness.cluster.runs import job_cell, job_records, list_status
 from harness.coherence import coherence_line
 from harness.errors import ReproError, RunError
+from harness.names import for_terminal
 from harness.paths import results_dir
+from harness.records import run_damage
 from harness.results import PointRecord, load_run, read_manifest
 from harness.run.inputs import DatasetFacts
 from harness.run.owner import owner_state
@@ -159,6 +161,7 @@ def list_runs(out: Path | None = None) -> list[str]:
         status = m.status
         if status == "running" and owner_state(m.owner) == "dead":
             status = "stale"  # its harness died without writing a final status
+        status = "damaged" if run_damage(run) else status  # harness.records: promise not kept
         counts = f"{len(run.valid_points())}/{len(run.points)}/{len(m.planned_points)}"
         job = jobs.pop(m.run_id, None)
         status = list_status(job, status) if job else status
@@ -169,7 +172,7 @@ def list_runs(out: Path | None = None) -> list[str]:
     for run_id, job in sorted(jobs.items()):  # jobs whose run has not written a manifest
         status = list_status(job, None)
         lines.append(f"{run_id:40} {status:9} {job.profile:20} {'-':19} -  {job_cell(job)}")
-    return lines
+    return [for_terminal(line) for line in lines]  # run ids and folder names are read from disk
 
 
 def show_run(run: Path) -> str:

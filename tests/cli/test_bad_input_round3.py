@@ -4,6 +4,7 @@ degrades instead of dying, or escaped output; never a traceback."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,9 +16,15 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from support.crafted_runs import write_run
 
 from harness.cli import cli
 from harness.cli.gate import NAME_LISTS, NAMES, is_guarded, is_text_param, walk
+from harness.config import RECORD_BYTES, json_depth, parse_yaml, read_json, safe_load
+from harness.errors import ConfigError
+from harness.records import run_damage
+from harness.results import load_run, point_id
+from harness.serve.profiles import load_profile
 
 
 @pytest.fixture
@@ -198,3 +205,139 @@ def test_nightly_sim_is_not_refused_for_repro_history_only(tmp_path: Path) -> No
     one_error_line(result, "--reason: only with --accept")
     result = repro("nightly", "--engine", "sim", "--db", db, timeout=60)
     one_error_line(result, "--db: not used by --engine sim")
+
+
+# ------------------------------------------------------------------ items 3, 4: bounded input
+
+LAUGHS = "\n".join(
+    ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+)
+
+
+def test_yaml_aliases_are_bounded_billion_laughs(tmp_path: Path) -> None:
+    # before: `profiles check` died with MemoryError, `simulate` hung expanding 10**9 nodes
+    path = tmp_path / "laughs.yaml"
+    path.write_text(  # the anchors live inside a free-form JSON-valued serve option
+        "extends: cpu-tiny\nserve:\n  max-num-seqs: 4\n  hf-overrides:\n"
+        + "\n".join("    " + line for line in LAUGHS.splitlines())
+        + "\n"
+    )
+    with pytest.raises(ConfigError, match=r"aliases expand to more than 200,000 nodes"):
+        load_profile(str(path))
+    one_error_line(repro("profiles", "show", str(path), timeout=60), "aliases expand")
+
+
+def test_small_yaml_aliases_and_merges_still_work() -> None:
+    assert safe_load("base: &b {x: 1}\nother:\n  <<: *b\n  y: 2\n") == {
+        "base": {"x": 1},
+        "other": {"x": 1, "y": 2},
+    }
+
+
+@pytest.mark.parametrize("text", ["[" * 5000 + "]" * 5000, "a:\n" + "".join(
+    " " * i + "b:\n" for i in range(1, 200)
+)], ids=["flow", "block"])  # fmt: skip
+def test_yaml_nesting_is_bounded(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"nested deeper than 64 levels"):
+        parse_yaml(text, "x.yaml")
+
+
+def _two_runs(root: Path) -> tuple[Path, Path]:
+    good = write_run(root / "good", "good", [{"parallel": 1, "number": 1, "occupancy": 1.0}])
+    bad = write_run(root / "bad", "bad", [{"parallel": 1, "number": 1, "occupancy": 1.0}])
+    return good, bad
+
+
+@pytest.mark.parametrize("damage", ["deep-json", "device", "fifo", "nan", "huge", "folder"])
+def test_one_unreadable_run_is_listed_as_unreadable_and_the_others_still_list(
+    tmp_path: Path, damage: str
+) -> None:
+    good, bad = _two_runs(tmp_path)
+    manifest = bad / "manifest.json"
+    manifest.unlink()
+    if damage == "deep-json":
+        manifest.write_text("[" * 100_000 + "]" * 100_000)  # before: RecursionError traceback
+    elif damage == "device":
+        manifest.symlink_to("/dev/zero")  # before: read without end
+    elif damage == "fifo":
+        os.mkfifo(manifest)  # before: blocked on open for ever
+    elif damage == "nan":
+        data = json.loads((good / "manifest.json").read_text())
+        manifest.write_text(json.dumps({**data, "created_at": float("nan")}))
+    elif damage == "huge":
+        with manifest.open("wb") as handle:
+            handle.truncate(RECORD_BYTES + 1)  # sparse: no disk used
+    else:
+        manifest.mkdir()
+    result = repro("runs", "list", "--out", str(tmp_path), timeout=60)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("good ") and " complete " in line for line in lines), lines
+    assert any(line.startswith("bad ") and "unreadable" in line for line in lines), lines
+
+
+def test_json_records_refuse_nan_and_deep_nesting(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text('{"a": NaN}')
+    with pytest.raises(ConfigError, match=r"r\.json: not valid JSON \(NaN is not a JSON number"):
+        read_json(path, "record")
+    path.write_text("[" * 65 + "]" * 65)
+    with pytest.raises(ConfigError, match=r"nested deeper than 64 levels"):
+        read_json(path, "record")
+    path.write_text("[" * 64 + "]" * 64)
+    assert json_depth(read_json(path, "record")) == 64
+
+
+# ------------------------------------------------------------------ item 2: records cannot lie
+
+
+def _complete_with_one_of_five(root: Path) -> Path:
+    """What Ctrl-C during `repro simulate` could leave: a complete manifest, 1 of 5 points."""
+    run = write_run(root / "cut", "cut", [{"parallel": 1, "number": 1, "occupancy": 1.0}])
+    data = json.loads((run / "manifest.json").read_text())
+    data["planned_points"] = [point_id(p, p, 0) for p in (1, 2, 4, 8, 16)]
+    (run / "manifest.json").write_text(json.dumps(data))
+    return run
+
+
+def test_a_complete_manifest_with_missing_points_is_damaged_everywhere(tmp_path: Path) -> None:
+    run = _complete_with_one_of_five(tmp_path)
+    problems = run_damage(load_run(run))
+    missing = "p002-n0002-r0, p004-n0004-r0, p008-n0008-r0, p016-n0016-r0"
+    assert problems == [
+        f"manifest says complete but 1 of 5 planned points finished (missing {missing})"
+    ]
+    listed = repro("runs", "list", "--out", str(tmp_path), timeout=60)
+    assert any(x.startswith("cut ") and " damaged " in x for x in listed.stdout.splitlines())
+    db = str(tmp_path / "h.sqlite")
+    for extra in ([], ["--force"]):  # before: accepted as a baseline
+        accept = repro("history", "accept", str(run), "--db", db, *extra, timeout=60)
+        one_error_line(accept, str(run), "1 of 5 planned points finished")
+    gate = repro("regress", "--candidate", str(run), "--baseline", str(run), timeout=60)
+    one_error_line(gate, "damaged run", "1 of 5 planned points finished")
+
+
+def test_point_ids_that_lie_about_their_folder_or_repeat_are_damage(tmp_path: Path) -> None:
+    run = write_run(
+        tmp_path / "r", "r", [{"parallel": 1, "number": 1, "occupancy": 1.0},
+                              {"parallel": 2, "number": 2, "occupancy": 1.0}],
+    )  # fmt: skip
+    first = run / "points" / point_id(1, 1, 0) / "point.json"
+    data = json.loads(first.read_text())
+    first.write_text(json.dumps({**data, "point_id": "../../outside"}))
+    copy = run / "points" / "extra" / "point.json"
+    copy.parent.mkdir()
+    copy.write_text((run / "points" / point_id(2, 2, 0) / "point.json").read_text())
+    problems = run_damage(load_run(run))
+    assert "point_id '../../outside' is not a safe name" in problems
+    assert "point_id 'p002-n0002-r0' recorded 2 times" in problems
+    one_error_line(
+        repro("regress", "--candidate", str(run), "--baseline", str(run), timeout=60),
+        "damaged run", "recorded 2 times",
+    )  # fmt: skip
+
+
+def test_a_sound_run_has_no_damage(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "ok", "ok", [{"parallel": 1, "number": 1, "occupancy": 1.0}])
+    assert run_damage(load_run(run)) == []
