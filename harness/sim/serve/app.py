@@ -25,7 +25,23 @@ from harness import __version__
 from harness.sim.serve.faults import Faults, FaultState
 from harness.sim.serve.live import Handle, LiveEngine
 from harness.sim.serve.metrics import SimMetrics
-from harness.sim.serve.tokens import BadRequest, PromptCounter, block_hashes
+from harness.sim.serve.tokens import BadRequest, DaemonPool, PromptCounter, block_hashes
+
+# Request bodies: at most BODY_BYTES_PER_TOKEN bytes per token of max-model-len, plus 1 MiB for
+# the JSON around the messages. The workloads' text runs at ~4.2 bytes per token (a 74K-token
+# openhands turn is ~0.31 MB; the 1M-context turn ~4.2 MB); 16 leaves room for JSON-escaped
+# non-ASCII text (\uXXXX: 6 bytes per character). hisparse384 (142,000): 3.2 MiB; the -1m
+# profiles (1,048,576): 17 MiB. A larger body cannot fit the context anyway: 413 at once,
+# before it is read into memory or tokenized (256 MiB let one request take 8 GB).
+BODY_BYTES_PER_TOKEN = 16
+BODY_OVERHEAD_BYTES = 2**20
+# How often a non-streamed request checks that its client is still connected (vLLM aborts a
+# request whose client went away, so that it stops taking KV blocks and batch slots).
+DISCONNECT_CHECK_S = 0.25
+
+
+def body_limit(max_model_len: int) -> int:
+    return max_model_len * BODY_BYTES_PER_TOKEN + BODY_OVERHEAD_BYTES
 
 
 @dataclass
@@ -40,6 +56,8 @@ class ServeState:
     pool: ThreadPoolExecutor
     loop: asyncio.AbstractEventLoop | None = None
     facts: dict[str, Any] = field(default_factory=dict)
+    # tokenization runs on daemon threads: a 1M-token encode in progress never holds up exit
+    tokenize: DaemonPool = field(default_factory=lambda: DaemonPool(2))
 
 
 def _error(status: int, message: str, kind: str = "BadRequestError") -> web.Response:
@@ -91,10 +109,17 @@ class Routes:
         return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        limit = body_limit(self.s.max_model_len)
+        if (request.content_length or 0) > limit:
+            return _too_large(request.content_length, limit)
         try:
             body = await request.json()
+        except web.HTTPRequestEntityTooLarge:  # no Content-Length (chunked): counted as read
+            return _too_large(None, limit)
         except (json.JSONDecodeError, UnicodeDecodeError):
             return _error(400, "request body is not JSON")
+        except RecursionError:
+            return _error(400, "request body is nested too deeply")
         if not isinstance(body, dict):
             return _error(400, "request body must be a JSON object")
         if body.get("model") not in (None, self.s.model):
@@ -108,9 +133,7 @@ class Routes:
             )
         loop = asyncio.get_running_loop()
         try:
-            prompt = await loop.run_in_executor(
-                self.s.pool, self.s.counter.prompt, body.get("messages")
-            )
+            prompt = await self.s.tokenize.run(loop, self.s.counter.prompt, body.get("messages"))
             max_tokens = _max_tokens(body, prompt.tokens, self.s.max_model_len)
         except BadRequest as exc:
             return _error(400, str(exc))
@@ -122,7 +145,7 @@ class Routes:
             opts = body.get("stream_options") or {}
             usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
             return await self._stream(request, handle, texts, ids, usage)
-        return await self._whole(handle, texts, ids)
+        return await self._whole(request, handle, texts, ids)
 
     # ------------------------------------------------------------------ responses
     def _finish(self, handle: Handle, ids: np.ndarray, texts: list[str]) -> None:
@@ -142,9 +165,17 @@ class Routes:
             "prompt_tokens_details": {"cached_tokens": handle.cached_tokens},
         }
 
-    async def _whole(self, handle: Handle, texts: list[str], ids: np.ndarray) -> web.Response:
-        while (await handle.sink.get())[0] != "done":
-            pass
+    async def _whole(
+        self, request: web.Request, handle: Handle, texts: list[str], ids: np.ndarray
+    ) -> web.StreamResponse:
+        try:
+            finished = await _until_done(request, handle)
+        except asyncio.CancelledError:  # the handler was cancelled (client gone, shutdown)
+            self.s.live.abort(handle)
+            raise
+        if not finished:  # the client went away: abort as vLLM does, nobody reads the reply
+            self.s.live.abort(handle)
+            return web.Response(status=499)
         self._finish(handle, ids, texts)
         text = "".join(texts[: handle.req.out])
         message: dict[str, Any] = {"role": "assistant", "content": text, "reasoning": None}
@@ -246,9 +277,37 @@ class Routes:
         return resp
 
 
+def _too_large(length: int | None, limit: int) -> web.Response:
+    size = f"{length:,} bytes" if length is not None else "more bytes than that"
+    return _error(
+        413, f"request body of {size}: at most {limit:,} for this max-model-len", "PayloadTooLarge"
+    )
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+async def _until_done(request: web.Request, handle: Handle) -> bool:
+    """Wait for the request's last event; False as soon as its client has disconnected
+    (checked at every engine event, and every DISCONNECT_CHECK_S when none comes)."""
+    while True:
+        event = asyncio.ensure_future(handle.sink.get())
+        while not (await asyncio.wait({event}, timeout=DISCONNECT_CHECK_S))[0]:
+            if _client_gone(request):
+                event.cancel()
+                return False
+        if event.result()[0] == "done":
+            return True
+        if _client_gone(request):
+            return False
+
+
 def make_app(state: ServeState) -> web.Application:
     routes = Routes(state)
-    app = web.Application(client_max_size=256 * 2**20)  # 74K-token histories are ~0.3 MB
+    # aiohttp's own cap, above the per-route one (which answers a JSON 413 before reading)
+    app = web.Application(client_max_size=body_limit(state.max_model_len))
 
     async def on_startup(app: web.Application) -> None:
         state.loop = asyncio.get_running_loop()
@@ -257,6 +316,7 @@ def make_app(state: ServeState) -> web.Application:
     async def on_cleanup(app: web.Application) -> None:
         state.live.stop()
         state.pool.shutdown(wait=False, cancel_futures=True)
+        state.tokenize.shutdown()
 
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)

@@ -12,10 +12,13 @@ Prefix identity: a chain hash over full blocks of ids, as vLLM's prefix cache ha
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import queue
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,51 @@ _MARK_RE = re.compile("\x00repro-content-(\\d+)\x00")
 
 class BadRequest(ReproError):
     """A request body the server refuses (HTTP 400), with vLLM-like wording."""
+
+
+class DaemonPool:
+    """A few daemon threads that run blocking calls for the event loop. Unlike
+    ThreadPoolExecutor's workers, which the interpreter joins at exit, a daemon thread busy in a
+    long encode does not keep the process alive after SIGTERM has stopped the server."""
+
+    def __init__(self, workers: int) -> None:
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"tokenize-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            loop, future, fn, args = job
+            try:
+                outcome = (fn(*args), None)
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+                outcome = (None, exc)
+            try:
+                loop.call_soon_threadsafe(_settle, future, *outcome)
+            except RuntimeError:  # the loop has closed: the server is stopping
+                return
+
+    async def run(self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> Any:
+        future = loop.create_future()
+        self._jobs.put((loop, future, fn, args))
+        return await future
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._jobs.put(None)
+
+
+def _settle(future: asyncio.Future, result: Any, exc: BaseException | None) -> None:
+    if future.done():  # its request was cancelled meanwhile
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
 
 
 @dataclass(frozen=True)
@@ -161,10 +209,18 @@ class PromptCounter:
         rendered, contents = self._render(messages)
         parts: list[np.ndarray] = []
         pos = 0
+        seen: set[int] = set()
         for match in _MARK_RE.finditer(rendered):
+            # a marker the request itself carries (in a role or a name) must not pick a content
+            # (nor hand int() a 5,000-digit index): each marker names one content, once
+            digits = match.group(1)
+            index = int(digits) if len(digits) <= 9 else -1
+            if not 0 <= index < len(contents) or index in seen:
+                raise BadRequest("messages: a field holds the server's reserved marker text")
+            seen.add(index)
             if match.start() > pos:
                 parts.append(self._content_ids(rendered[pos : match.start()]))
-            parts.append(self._content_ids(contents[int(match.group(1))]))
+            parts.append(self._content_ids(contents[index]))
             pos = match.end()
         if pos < len(rendered):
             parts.append(self._content_ids(rendered[pos:]))
