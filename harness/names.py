@@ -114,7 +114,8 @@ def for_markdown_code(text: object) -> str:
 
 
 def for_markdown(text: object) -> str:
-    """Plain markdown text (outside a code span): one line, markup characters escaped."""
-    value = for_terminal(str(text).replace("\r", "\n")).replace("\n", " ")
+    """Plain markdown text on one line (a list item, a table cell): newlines become spaces,
+    HTML is shown as text, and ``|`` and backticks cannot end a cell or open a code span."""
+    value = for_terminal(str(text).replace("\r", " ").replace("\n", " "))
     value = html.escape(value, quote=False)
-    return re.sub(r"([\\`*_{}\[\]()#+!|~>-])", r"\\\1", value)
+    return value.replace("|", "\\|").replace("`", "\\`")

@@ -148,19 +148,48 @@ def write_samples_csv(path: Path, samples: Iterable[Sample]) -> None:
 
 
 def read_samples_csv(path: Path, names: Collection[str] | None = None) -> list[Sample]:
-    """The samples of a samples.csv, or only those of metrics named in `names`."""
+    """The samples of a samples.csv, or only those of metrics named in `names` (malformed
+    rows skipped: :func:`read_samples_counted` says how many)."""
+    return read_samples_counted(path, names)[0]
+
+
+def read_samples_counted(
+    path: Path, names: Collection[str] | None = None
+) -> tuple[list[Sample], int]:
+    """(samples, malformed rows). One bad line (not UTF-8, a NUL, a short row, labels that are
+    not a JSON object, a value that is not a number) is counted and skipped, never fatal: the
+    other rows of a 3-hour point are still worth a panel. Each line is one row (the writer
+    quotes no newline: labels are compact JSON)."""
     out: list[Sample] = []
-    with open(path, encoding="utf-8", newline="") as handle:
-        for row in csv.DictReader(handle):
-            if names is not None and row["name"] not in names:
+    bad = 0
+    with open(path, "rb") as handle:
+        header = handle.readline()
+        if header.rstrip(b"\r\n").decode("utf-8", "replace").split(",") != list(SAMPLE_COLUMNS):
+            bad += 1 if header else 0  # the first row is data or garbage: counted, not trusted
+        for raw in handle:
+            sample = _sample_row(raw, names)
+            if sample is None:
                 continue
-            out.append(
-                Sample(
-                    float(row["timestamp"]),
-                    float(row["monotonic"]),
-                    row["name"],
-                    json.loads(row["labels"]),
-                    float(row["value"]),
-                )
-            )
-    return out
+            if sample is False:
+                bad += 1
+            else:
+                out.append(sample)
+    return out, bad
+
+
+def _sample_row(raw: bytes, names: Collection[str] | None) -> Sample | bool | None:
+    """The row as a Sample, None when its metric is not wanted, False when it is malformed."""
+    try:
+        if b"\x00" in raw:
+            return False
+        (row,) = list(csv.reader([raw.decode("utf-8").rstrip("\r\n")]))
+        if len(row) != len(SAMPLE_COLUMNS):
+            return False
+        if names is not None and row[2] not in names:
+            return None
+        labels = json.loads(row[3])
+        if not isinstance(labels, dict):
+            return False
+        return Sample(float(row[0]), float(row[1]), row[2], labels, float(row[4]))
+    except (UnicodeDecodeError, ValueError, csv.Error, RecursionError):
+        return False

@@ -55,6 +55,7 @@ from harness.analysis.stats import median_ci as default_median_ci
 from harness.errors import ReproError, RunError
 from harness.gate.policy import CurveRule, MetricRule, Policy
 from harness.identity import workload_id, workload_identity
+from harness.names import for_markdown, for_markdown_code
 from harness.records import run_damage
 from harness.results import METRICS, Run
 from harness.text import fmt_number
@@ -574,11 +575,11 @@ def render_markdown(verdict: Verdict, *, title: str | None = None) -> str:
     lines = [
         f"### {title or 'Regression verdict'}: {icon[verdict.status]} {verdict.status}",
         "",
-        f"- candidate: `{verdict.candidate}`",
-        f"- baseline: `{verdict.baseline}`",
-        f"- policy: `{verdict.policy}`",
+        f"- candidate: {for_markdown_code(verdict.candidate)}",  # names read from records:
+        f"- baseline: {for_markdown_code(verdict.baseline)}",  # a newline or backtick in one
+        f"- policy: {for_markdown_code(verdict.policy)}",  # must not leave the code span
     ]
-    lines += [f"- note: {n}" for n in verdict.notes]
+    lines += [f"- note: {for_markdown(n)}" for n in verdict.notes]
     if verdict.status == "regression":
         lines.append(f"- regressed metrics: {', '.join(verdict.regressed_metrics())}")
     lines += ["", "| " + " | ".join(_HEADER) + " | reason |", "|" + "---|" * (len(_HEADER) + 1)]
@@ -586,7 +587,7 @@ def render_markdown(verdict: Verdict, *, title: str | None = None) -> str:
     for row in order:
         cells = list(_cells(row))
         cells[-1] = f"{icon[row.cls]} {row.cls}"
-        reason = row.reason.replace("|", "\\|")  # a bare | would split the table cell
+        reason = for_markdown(row.reason)  # a bare | would split the table cell
         lines.append("| " + " | ".join(cells) + f" | {reason} |")
     return "\n".join(lines) + "\n"
 

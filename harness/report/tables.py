@@ -134,7 +134,10 @@ def curve_table(runs: Sequence[Run], baseline_index: int) -> dict[str, Any]:
 def when(epoch: float | None) -> str:
     if epoch is None:
         return "–"
-    return dt.datetime.fromtimestamp(epoch, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:  # a hand-made record may hold NaN or a year beyond 9999: shown, never a traceback
+        return dt.datetime.fromtimestamp(epoch, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (ValueError, OverflowError, OSError):
+        return f"invalid time {epoch!r}"
 
 
 def _pretty(value: Any) -> str:

@@ -16,7 +16,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from harness.analysis.metrics import counter_increase, counter_series
-from harness.client.scrape import Sample, read_samples_csv
+from harness.client.scrape import Sample, read_samples_counted
+from harness.names import for_plotly, is_name
 from harness.report.figures import STYLES, Series
 from harness.results import Run, RunLayout
 
@@ -50,7 +51,13 @@ SCRAPED_NAMES = frozenset(
 def read_scraped(path: Path) -> list[Sample]:
     """The samples.csv rows the panels need (a GPU point holds ~400 series per scrape: reading
     only these names keeps a report of a 3-hour sweep quick)."""
-    return read_samples_csv(path, SCRAPED_NAMES)
+    return read_scraped_counted(path)[0]
+
+
+def read_scraped_counted(path: Path) -> tuple[list[Sample], int]:
+    """:func:`read_scraped` and how many rows were malformed (skipped and named in the panel's
+    caption, never fatal)."""
+    return read_samples_counted(path, SCRAPED_NAMES)
 
 
 def _gauge(samples: list[Sample], name: str, fold: str) -> tuple[list[float], list[float]]:
@@ -129,7 +136,7 @@ def timeseries_figure(
                     x=xs,
                     y=ys,
                     mode="lines+markers",
-                    name=name,
+                    name=for_plotly(name),  # plotly renders markup in names: shown literally
                     legendgroup=name,
                     showlegend=row == 1,
                     line={"color": STYLES[style % len(STYLES)][0], "width": 1.5},
@@ -149,7 +156,7 @@ def timeseries_figure(
         title_text="seconds since the point's first request (shaded: measured window)",
         row=len(shown),
     )
-    title = f"{point_label}: /metrics"
+    title = f"{for_plotly(point_label)}: /metrics"
     if missing:
         title += (
             f" <span style='font-size:11px;color:#888'>(not exported: {', '.join(missing)})</span>"
@@ -166,21 +173,26 @@ def timeseries_figure(
 
 def _entries(
     runs: Sequence[Run], series: Sequence[Series], key: tuple[int, int]
-) -> tuple[str, list[tuple[str, int, tuple[float, float], list[Sample]]]]:
-    """(point label, timeseries_figure entries) of one configured point across the runs."""
+) -> tuple[str, list[tuple[str, int, tuple[float, float], list[Sample]]], int]:
+    """(point label, timeseries_figure entries, malformed samples.csv rows) of one configured
+    point across the runs."""
     entries = []
-    label = f"c{key[0]}"
+    label, bad = f"c{key[0]}", 0
     for style, (run, s) in enumerate(zip(runs, series, strict=True)):
         for record in run.points:
             if (record.parallel, record.number) != key:
                 continue
             label = record.label
+            if not is_name(record.point_id):  # "../../x" would lead out of the run
+                continue
             path = RunLayout(run.root).samples_csv(record.point_id)
             if not path.is_file():
                 continue
             name = s.name + (f" r{record.repeat}" if record.repeat else "")
-            entries.append((name, style, tuple(record.window), read_scraped(path)))
-    return label, entries  # type: ignore[return-value]
+            samples, skipped = read_scraped_counted(path)
+            bad += skipped
+            entries.append((name, style, tuple(record.window), samples))
+    return label, entries, bad  # type: ignore[return-value]
 
 
 def timeseries_figures(
@@ -190,8 +202,10 @@ def timeseries_figures(
     out = []
     keys = sorted({(p.parallel, p.number) for run in runs for p in run.points})
     for index, (parallel, number) in enumerate(keys):
-        label, entries = _entries(runs, series, (parallel, number))
+        label, entries, bad = _entries(runs, series, (parallel, number))
         if entries:
             caption = f"{label} — parallel {parallel}, {number} conversations"
+            if bad:
+                caption += f" ({bad:,} malformed samples.csv row(s) skipped)"
             out.append((index, caption, timeseries_figure(label, entries)))
     return out

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -20,9 +21,15 @@ from support.crafted_runs import write_run
 
 from harness.cli import cli
 from harness.cli.gate import NAME_LISTS, NAMES, is_guarded, is_text_param, walk
+from harness.client.scrape import read_samples_counted
 from harness.config import RECORD_BYTES, json_depth, parse_yaml, read_json, safe_load
 from harness.errors import ConfigError
+from harness.gate.regress import render_markdown
+from harness.names import for_html, for_markdown, for_markdown_code, for_plotly, for_terminal
 from harness.records import run_damage
+from harness.report.series import run_series
+from harness.report.tables import when
+from harness.report.timeseries import timeseries_figures
 from harness.results import load_run, point_id
 from harness.serve.profiles import load_profile
 
@@ -341,3 +348,83 @@ def test_point_ids_that_lie_about_their_folder_or_repeat_are_damage(tmp_path: Pa
 def test_a_sound_run_has_no_damage(tmp_path: Path) -> None:
     run = write_run(tmp_path / "ok", "ok", [{"parallel": 1, "number": 1, "occupancy": 1.0}])
     assert run_damage(load_run(run)) == []
+
+
+# ------------------------------------------------------------------ item 4: readers degrade
+
+
+BAD_ROWS = [
+    b'1.0,2.0,vllm:num_requests_running,"{not json}",1\n',  # bad labels JSON
+    b"1.0,2.0,vllm:num_requests_running,{},lots\n",  # a value that is not a number
+    b"1.0,2.0,vllm:num_requests_running,{},1\x00\n",  # NUL
+    b'1.0,2.0,vllm:num_requests_running,{"a": "\xff\xfe"},1\n',  # not UTF-8
+    b"1.0,2.0\n",  # a short row
+    b'1.0,2.0,vllm:num_requests_running,"[1, 2]",1\n',  # labels not an object
+]
+
+
+def test_malformed_sample_rows_are_counted_and_the_report_is_written(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "r", "r", [{"parallel": 1, "number": 1, "occupancy": 1.0}])
+    samples = run / "points" / point_id(1, 1, 0) / "samples.csv"
+    good = samples.read_bytes()
+    samples.write_bytes(good + b"".join(BAD_ROWS))
+    kept, bad = read_samples_counted(samples)
+    assert bad == len(BAD_ROWS) and len(kept) == good.count(b"\n") - 1
+    out = tmp_path / "report.html"
+    result = repro("report", str(run), "--out", str(out), timeout=120)  # before: a traceback
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"{len(BAD_ROWS)} malformed samples.csv row(s) skipped" in out.read_text()
+
+
+def test_hand_made_times_that_are_not_times_are_shown_not_raised() -> None:
+    assert when(float("nan")) == "invalid time nan"
+    assert when(1e300) == "invalid time 1e+300"
+
+
+# ------------------------------------------------------------------ item 1: escaping per medium
+
+
+HOSTILE_NAME = "x`\n### spoofed <a href='http://evil'>link</a> | cell \x1b[2J"
+
+
+def test_markdown_code_spans_and_cells_cannot_be_left() -> None:
+    span = for_markdown_code(HOSTILE_NAME)
+    assert "\n" not in span and span.startswith("``") and span.endswith("``")
+    assert span.count("``") == 2 and "\x1b" not in span and "\\|" in span
+    cell = for_markdown(HOSTILE_NAME)
+    assert "\n" not in cell and "<a" not in cell and "\\|" in cell and "\\`" in cell
+
+
+def test_plotly_html_and_terminal_text_is_escaped() -> None:
+    assert "<a" not in for_plotly(HOSTILE_NAME) and "&lt;a href=" in for_plotly(HOSTILE_NAME)
+    assert "<a" not in for_html(HOSTILE_NAME) and "&#x27;" in for_html(HOSTILE_NAME)
+    shown = for_terminal("a\x1b[31mb\u202ec\x9bd")
+    assert shown == "a\\x1b[31mb\\u202ec\\x9bd"
+
+
+def test_timeseries_legends_and_titles_show_markup_literally(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "r", "r", [{"parallel": 1, "number": 1, "occupancy": 1.0}])
+    run = load_run(run_dir)
+    series = [replace(s, name="<a href='http://evil'>x</a>") for s in run_series([run])]
+    run.points[0].label = "<b>c1</b>"
+    ((_, _, fig),) = timeseries_figures([run], series)
+    names = {trace.name for trace in fig.data}
+    assert names == {"&lt;a href='http://evil'&gt;x&lt;/a&gt;"}  # before: a live link
+    assert fig.layout.title.text.startswith("&lt;b&gt;c1&lt;/b&gt;: /metrics")
+
+
+def test_regress_markdown_names_stay_in_their_code_span(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "r", "r", [{"parallel": 1, "number": 1, "occupancy": 1.0}])
+    from harness.gate.judge import regress
+
+    verdict = regress(run, baseline_dir=run)
+    verdict.candidate, verdict.notes = HOSTILE_NAME, [HOSTILE_NAME]  # as a history entry's name
+    text = render_markdown(verdict)
+    # before: the newline closed the code span and "### spoofed" became a heading
+    assert "\n###" not in text and not any(
+        line.startswith("### spoofed") for line in text.split("\n")
+    )
+    (line,) = [x for x in text.split("\n") if x.startswith("- candidate: ")]
+    assert line.startswith("- candidate: ``x`\\x0a### spoofed <a") and line.endswith("``")
+    (note,) = [x for x in text.split("\n") if x.startswith("- note: ")]
+    assert "<a" not in note and "&lt;a" in note  # outside a code span markup is escaped
