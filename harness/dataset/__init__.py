@@ -59,7 +59,7 @@ def cache_key(recipe: Recipe, tok: TokenizerHandle) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def _from_json(path: Path) -> DatasetInfo:
+def _from_json(path: Path, *, strict: bool = False) -> DatasetInfo:
     sha = sha256_file(path)
     sidecar = manifest_path_for(path)
     manifest: dict[str, Any] = {}
@@ -70,6 +70,10 @@ def _from_json(path: Path) -> DatasetInfo:
             raise DatasetError(f"{sidecar}: invalid JSON: {exc}") from exc
         recorded = manifest.get("output", {}).get("sha256")
         if recorded and recorded != sha:
+            if strict:  # a file named by the user is used as is: its checksum must hold
+                from harness.dataset.verify import checksum_problem
+
+                raise DatasetError(checksum_problem(path, sha) or f"{path}: checksum mismatch")
             manifest = {**manifest, "stale": f"manifest sha256 {recorded[:12]} != file {sha[:12]}"}
     if manifest.get("conversations") and "stale" not in manifest:
         convs = manifest["conversations"]
@@ -91,7 +95,7 @@ def ensure_dataset(spec: str, *, out_dir: Path | None = None) -> DatasetInfo:
     if path.suffix == ".json":
         if not path.is_file():
             raise DatasetError(f"dataset file {path} does not exist")
-        return _from_json(path)
+        return _from_json(path, strict=True)
     if recipe_path(spec) is None and path.exists():
         raise DatasetError(f"{spec}: expected a recipe (.yaml) or a built dataset (.json)")
     recipe = load_recipe(spec)

@@ -390,8 +390,11 @@ def build_dataset(
         recipe, tok, output, payload, sources, pad, checker, per_conversation, templated_method
     )
     manifest["timings_s"], manifest["cpu_s"] = clock.timings, clock.cpu_times
-    _atomic_write_bytes(output, payload)
     manifest_file = manifest_path_for(output)
+    # the old sidecar goes first: an interrupt between the two writes leaves new data with no
+    # sidecar (rebuilt or refused), never new data beside the old data's checksum
+    manifest_file.unlink(missing_ok=True)
+    _atomic_write_bytes(output, payload)
     _atomic_write_bytes(manifest_file, (json.dumps(manifest, indent=1) + "\n").encode())
     clock.timings["write"] = round(time.perf_counter() - clock.mark, 3)
     clock.timings["total"] = round(time.perf_counter() - clock.started, 3)

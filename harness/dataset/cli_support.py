@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.dataset.builder import build_dataset, manifest_path_for
+from harness.dataset.output import output_lock
 from harness.dataset.recipe import cli_overrides, load_recipe, make_recipe
 from harness.dataset.rotation import fresh_size, reuse_report
 from harness.errors import ConfigError, DatasetError
@@ -75,6 +76,8 @@ def run_build(
     if output is None:
         output = Path(f"{recipe.name}.json" if recipe.name else "openhand-dataset.json")
     check_output(Path(output), force=bool(options.get("force")))
-    result = build_dataset(recipe, output, echo=echo)
+    with output_lock(Path(output)):  # a concurrent build of the same path fails, not races
+        check_output(Path(output), force=bool(options.get("force")))  # it may have finished
+        result = build_dataset(recipe, output, echo=echo)
     echo(f"manifest: {result.manifest_path}")
     return result.path

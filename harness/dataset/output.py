@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,6 +15,7 @@ import numpy as np
 from harness.dataset.exact import TurnPlan
 from harness.dataset.recipe import Recipe
 from harness.dataset.tok import TokenizerHandle
+from harness.errors import DatasetError
 
 
 def turn_messages(turn: int, plan: TurnPlan) -> list[dict[str, str]]:
@@ -125,3 +130,26 @@ def stats(values: list[int]) -> dict[str, float]:
     if not values:
         return {}
     return {"min": min(values), "max": max(values), "mean": round(float(np.mean(values)), 2)}
+
+
+# ------------------------------------------------------------------ one writer per output
+
+
+@contextmanager
+def output_lock(output: Path) -> Iterator[None]:
+    """Hold ``<output>.lock`` for a whole build: a second build into the same --output-path
+    fails at once, naming the path, instead of both exiting 0 and one silently replacing the
+    other. The lock is the kernel's (flock), so a killed build never leaves it held."""
+    lock_path = output.with_name(output.name + ".lock")
+    with open(lock_path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DatasetError(
+                f"{output}: another `repro dataset build` is writing it now; wait for it, or "
+                "choose another --output-path"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

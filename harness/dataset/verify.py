@@ -100,6 +100,28 @@ def _full_template_check(
     return {"checked": len(offsets), "disagreements": disagreements}
 
 
+def checksum_problem(path: Path, sha: str | None = None) -> str | None:
+    """Why the data file does not match the sha256 its sidecar manifest records, or None (also
+    when there is no sidecar: a hand-made file has nothing to contradict)."""
+    from harness.dataset.builder import manifest_path_for
+    from harness.dataset.sources import sha256_file
+
+    sidecar = manifest_path_for(path)
+    if not sidecar.is_file():
+        return None
+    try:
+        recorded = json.loads(sidecar.read_text(encoding="utf-8")).get("output", {}).get("sha256")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as exc:
+        return f"{sidecar}: unreadable ({exc})"
+    actual = sha or sha256_file(path)
+    if recorded and recorded != actual:
+        return (
+            f"{path}: sha256 {actual[:12]} does not match {recorded[:12]} recorded in "
+            f"{sidecar.name} (a build was interrupted or the file was edited: rebuild it)"
+        )
+    return None
+
+
 def verify_file(
     path: Path,
     tok: TokenizerHandle,
@@ -113,7 +135,11 @@ def verify_file(
     (from the file's metadata unless given), and the templated prompt length (empty assistant
     replies, + output_tokens_estimate per earlier reply). Long contents are shrunk for the
     template count (exact, see TokenizerHandle.shrink); `full_template` also renders every
-    first turn in full and reports any disagreement."""
+    first turn in full and reports any disagreement. A file whose sidecar records another
+    sha256 is refused: its counts would be checked against a manifest of other data."""
+    problem = checksum_problem(path)
+    if problem:
+        raise DatasetError(problem)
     data = load_swe_smith(path)
     F, S = _targets(data.get("metadata") or {}, first_turn_length, subsequent_turn_length)
     conversations = data["conversations"]

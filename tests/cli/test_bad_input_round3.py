@@ -4,6 +4,7 @@ degrades instead of dying, or escaped output; never a traceback."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -23,7 +24,8 @@ from harness.cli import cli
 from harness.cli.gate import NAME_LISTS, NAMES, is_guarded, is_text_param, walk
 from harness.client.scrape import read_samples_counted
 from harness.config import RECORD_BYTES, json_depth, parse_yaml, read_json, safe_load
-from harness.errors import ConfigError
+from harness.dataset import ensure_dataset
+from harness.errors import ConfigError, DatasetError
 from harness.gate.regress import render_markdown
 from harness.names import for_html, for_markdown, for_markdown_code, for_plotly, for_terminal
 from harness.records import run_damage
@@ -428,3 +430,55 @@ def test_regress_markdown_names_stay_in_their_code_span(tmp_path: Path) -> None:
     assert line.startswith("- candidate: ``x`\\x0a### spoofed <a") and line.endswith("``")
     (note,) = [x for x in text.split("\n") if x.startswith("- note: ")]
     assert "<a" not in note and "&lt;a" in note  # outside a code span markup is escaped
+
+
+# ------------------------------------------------------------------ item 2: dataset outputs
+
+
+def test_a_second_build_into_the_same_output_fails_while_the_first_runs(tmp_path: Path) -> None:
+    output = tmp_path / "d.json"
+    with open(output.with_name("d.json.lock"), "a") as held:  # a first build is running
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = repro("dataset", "build", "cpu-tiny", "--output-path", str(output), timeout=120)
+    # before: both builds exited 0 and the later one silently replaced the other
+    one_error_line(result, str(output), "another `repro dataset build` is writing it")
+    assert not output.exists()
+
+
+def test_a_checksum_mismatch_is_refused_where_the_data_is_used(tmp_path: Path) -> None:
+    data = tmp_path / "d.json"
+    data.write_text('{"metadata": {}, "conversations": [[{"messages": []}]]}')
+    sidecar = tmp_path / "d.json.manifest.json"
+    sidecar.write_text(json.dumps({"output": {"sha256": "ab" * 32}}))
+    with pytest.raises(DatasetError, match=r"d\.json: sha256 \w+ does not match abababab"):
+        ensure_dataset(str(data))  # what `repro sweep --dataset FILE` uses; before: "stale" only
+    result = repro("dataset", "verify", str(data), "--tokenizer", "tiny:tokenizer", timeout=120)
+    one_error_line(result, "does not match abababababab recorded in d.json.manifest.json")
+
+
+def test_an_interrupted_forced_build_leaves_no_old_sidecar_beside_new_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.dataset import builder
+    from harness.dataset.recipe import load_recipe
+
+    output = tmp_path / "d.json"
+    recipe = load_recipe("cpu-tiny")
+    builder.build_dataset(recipe, output)
+    old_sidecar = (tmp_path / "d.json.manifest.json").read_text()
+    writes = []
+    real_write = builder._atomic_write_bytes
+
+    def interrupted(path: Path, data: bytes) -> None:
+        writes.append(path.name)
+        if path.name.endswith(".manifest.json"):
+            raise KeyboardInterrupt  # Ctrl-C between the data and its sidecar
+        real_write(path, data + b" ")  # other bytes than the first build's
+
+    monkeypatch.setattr(builder, "_atomic_write_bytes", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        builder.build_dataset(recipe.model_copy(update={"seed": 7}), output)
+    assert writes == ["d.json", "d.json.manifest.json"]
+    sidecar = tmp_path / "d.json.manifest.json"
+    # before: the old sidecar stayed beside the new data, its sha256 silently wrong
+    assert not sidecar.exists() or sidecar.read_text() != old_sidecar
