@@ -2,7 +2,7 @@
 
 :func:`install` walks every command and gives each text-like parameter (strings and paths) a
 callback that runs :mod:`harness.names` while click parses the command line, so a bad value is a
-usage error (exit 2) before any command body runs and before anything is written:
+one-line error (exit 2) before any command body runs and before anything is written:
 
 - names that become one path component (``--run-id``) and lists of names (``--points c1,c8``,
   ``--profiles A,B``, the ARM of ``--arm ARM=RUN``) must match :data:`harness.names.NAME`;
@@ -21,7 +21,6 @@ from typing import Any
 
 import click
 
-from harness.errors import ConfigError
 from harness.names import check_name, check_text
 
 NAMES = {"run_id"}  # parameter names holding one name
@@ -32,9 +31,17 @@ _TEXT_TYPES = (click.types.StringParamType, click.Path)
 MARK = "_repro_gate"
 
 
+def _hint(param: click.Parameter) -> str:
+    """The option as the user typed it (``--run-id``), or the argument's metavar (``RUN...``)."""
+    if isinstance(param, click.Option):
+        longs = [o for o in param.opts if o.startswith("--")]
+        return (longs or param.opts)[0]
+    return param.human_readable_name
+
+
 def check_value(param: click.Parameter, value: str) -> None:
     """Raise ConfigError when ``value`` of ``param`` is unsafe (see the module docstring)."""
-    name, what = param.name or "", ""  # click's message names the option already
+    name, what = param.name or "", _hint(param)
     text = str(value)
     if name in NAMES:
         check_name(text, what)
@@ -69,10 +76,7 @@ def _guarded(param: click.Parameter, inner: Callable[..., Any] | None) -> Callab
             None,
         ):  # defaults are the harness's own values
             for item in _values(value):
-                try:
-                    check_value(p, item)
-                except ConfigError as exc:
-                    raise click.BadParameter(str(exc).strip(), ctx=ctx, param=p) from None
+                check_value(p, item)  # ConfigError: `error: --run-id '../x': ...`, exit 2
         return inner(ctx, p, value) if inner is not None else value
 
     setattr(callback, MARK, True)

@@ -92,6 +92,20 @@ def _argv(path: tuple[str, ...], param: click.Parameter, value: str) -> list[str
     return [*path, value]
 
 
+def refusal(args: list[str]) -> str:
+    """The one-line message the gate refuses ARGS with (a ConfigError, which `repro` prints as
+    `error: ...` with exit 2; click's own checks, e.g. a path that must exist, exit 2 too)."""
+    result = CliRunner().invoke(cli, args)
+    if isinstance(result.exception, ConfigError):
+        return str(result.exception)
+    assert result.exit_code == 2 and "Invalid value for" in result.output, (
+        result.exit_code,
+        result.output,
+        result.exception,
+    )
+    return result.output.strip().splitlines()[-1]
+
+
 TEXT_PARAMS = _text_params()
 IDS = [" ".join(p) + " " + (q.opts[0] if isinstance(q, click.Option) else q.name or "")
        for p, q in TEXT_PARAMS]  # fmt: skip
@@ -129,12 +143,10 @@ TEXT_CASES = [
 def test_every_text_option_refuses_control_characters_before_any_work(
     path: tuple[str, ...], param: click.Parameter, value: str, sandbox: Path
 ) -> None:
-    result = CliRunner().invoke(cli, _argv(path, param, value))
-    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
-    assert "Invalid value for" in result.output, result.output
+    message = refusal(_argv(path, param, value))
     reasons = ("control character", "not valid UTF-8", "a name is letters", "does not exist")
-    assert any(reason in result.output for reason in reasons), result.output
-    assert "\x1b" not in result.output  # the message shows the value escaped
+    assert any(reason in message for reason in reasons), message
+    assert "\x1b" not in message and "\n" not in message.strip()  # the value shown escaped
     assert sorted(p.name for p in sandbox.iterdir()) == []  # nothing written, nothing created
 
 
@@ -148,8 +160,8 @@ NAME_PARAMS = [(p, q) for p, q in TEXT_PARAMS if q.name in NAMES | NAME_LISTS]
 def test_every_name_option_takes_only_safe_names(
     path: tuple[str, ...], param: click.Parameter, value: str, sandbox: Path
 ) -> None:
-    result = CliRunner().invoke(cli, _argv(path, param, value))
-    assert result.exit_code == 2 and "a name is letters, digits" in result.output, result.output
+    message = refusal(_argv(path, param, value))
+    assert "a name is letters, digits" in message and message.startswith(param.opts[0]), message
 
 
 def test_simulate_run_id_cannot_leave_out(tmp_path: Path) -> None:

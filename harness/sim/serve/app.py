@@ -65,6 +65,20 @@ def _error(status: int, message: str, kind: str = "BadRequestError") -> web.Resp
     return web.json_response(body, status=status)
 
 
+def decode_body(raw: bytes) -> dict[str, Any]:
+    """A chat request's JSON object, or BadRequest (not JSON, not an object, nested too deeply:
+    the stdlib parser recurses, and a 100,000-deep array would otherwise be a 500)."""
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BadRequest("request body is not JSON") from None
+    except RecursionError:
+        raise BadRequest("request body is nested too deeply") from None
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    return body
+
+
 def _max_tokens(body: dict[str, Any], prompt: int, max_len: int) -> int:
     value = body.get("max_completion_tokens", body.get("max_tokens"))
     if value is None:
@@ -113,15 +127,11 @@ class Routes:
         if (request.content_length or 0) > limit:
             return _too_large(request.content_length, limit)
         try:
-            body = await request.json()
+            body = decode_body(await request.read())
         except web.HTTPRequestEntityTooLarge:  # no Content-Length (chunked): counted as read
             return _too_large(None, limit)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error(400, "request body is not JSON")
-        except RecursionError:
-            return _error(400, "request body is nested too deeply")
-        if not isinstance(body, dict):
-            return _error(400, "request body must be a JSON object")
+        except BadRequest as exc:
+            return _error(400, str(exc))
         if body.get("model") not in (None, self.s.model):
             return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
         # Faults hit streams only: readiness and the harness's warm-ups are not streamed.
