@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any, TypeVar
@@ -262,7 +263,30 @@ def parse_json(text: str | bytes, source: Path | str, *, error: type[ReproError]
         raise error(f"{source}: not valid JSON ({exc})") from None
     if json_depth(data) > MAX_DEPTH:
         raise error(f"{source}: not valid JSON (nested deeper than {MAX_DEPTH} levels)")
+    if _SURROGATE_ESCAPE.search(text if isinstance(text, str) else text.decode("latin-1")):
+        lone = _lone_surrogate(data)  # pairs were joined by the parser; a lone one is no text
+        if lone is not None:
+            raise error(f"{source}: not valid JSON (\\u{ord(lone):04x} is half of a character)")
     return data
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(data: Any) -> str | None:
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            for char in value:
+                if 0xD800 <= ord(char) <= 0xDFFF:
+                    return char
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return None
 
 
 def read_yaml(path: Path | str, what: str, *, error: type[ReproError] = ConfigError) -> Any:

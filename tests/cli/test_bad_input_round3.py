@@ -308,6 +308,11 @@ def test_json_records_refuse_nan_and_deep_nesting(tmp_path: Path) -> None:
         read_json(path, "record")
     path.write_text("[" * 64 + "]" * 64)
     assert json_depth(read_json(path, "record")) == 64
+    path.write_text('{"run_id": "x\\udcffy"}')  # before: `repro report` died encoding it
+    with pytest.raises(ConfigError, match=r"not valid JSON \(\\udcff is half of a character"):
+        read_json(path, "record")
+    path.write_text('["\\ud83d\\ude00"]')  # a pair is one character
+    assert read_json(path, "record") == ["\U0001f600"]
 
 
 # ------------------------------------------------------------------ item 2: records cannot lie
