@@ -7,8 +7,9 @@ one-line error (exit 2) before any command body runs and before anything is writ
 - names that become one path component (``--run-id``) and lists of names (``--points c1,c8``,
   ``--profiles A,B``, the ARM of ``--arm ARM=RUN``) must match :data:`harness.names.NAME`;
 - every other string or path (``--out``, ``--profile NAME|FILE``, ``--title``, ``--set``, RUN
-  arguments, URLs) must be printable text: no control character, no bytes that are not UTF-8,
-  at most :data:`harness.names.TEXT_MAX` characters. ``--pad-text`` may span lines.
+  arguments) must be printable text: no control character, no bytes that are not UTF-8,
+  at most :data:`harness.names.TEXT_MAX` characters. ``--pad-text`` may span lines;
+- ``--url`` must also be a well-formed http(s)://HOST[:PORT].
 
 A new command gets the check by being registered; `tests/cli/test_bad_input_round3.py` walks
 the tree to prove each parameter has it.
@@ -18,15 +19,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlparse
 
 import click
 
+from harness.errors import ConfigError
 from harness.names import check_name, check_text
 
 NAMES = {"run_id"}  # parameter names holding one name
 NAME_LISTS = {"points", "only_points", "profiles"}  # comma-separated names
 NAME_PAIRS = {"arms"}  # NAME=TEXT
 MULTILINE = {"pad_text"}  # free text that may hold newlines and tabs
+URLS = {"url"}  # http(s)://HOST[:PORT] of a server to attach to
 _TEXT_TYPES = (click.types.StringParamType, click.Path)
 MARK = "_repro_gate"
 
@@ -50,6 +54,9 @@ def check_value(param: click.Parameter, value: str) -> None:
         for item in (part.strip() for part in text.split(",")):
             if item:
                 check_name(item, what)
+    elif name in URLS:
+        check_text(text, what)
+        check_url(text, what)
     elif name in NAME_PAIRS:
         check_text(text, what)
         key, sep, _rest = text.partition("=")
@@ -57,6 +64,18 @@ def check_value(param: click.Parameter, value: str) -> None:
             check_name(key, what)
     else:
         check_text(text, what, multiline=name in MULTILINE)
+
+
+def check_url(text: str, what: str) -> None:
+    """A well-formed http(s)://HOST[:PORT] (urlparse itself raises on "http://[::1")."""
+    try:
+        parsed = urlparse(text)
+        parsed.port  # noqa: B018 - raises on a non-numeric or out-of-range port
+        well_formed = parsed.scheme in ("http", "https") and bool(parsed.hostname)
+    except ValueError:
+        well_formed = False
+    if not well_formed:
+        raise ConfigError(f"{what} {text!r}: expected http://HOST:PORT (or https://)")
 
 
 def _values(value: Any) -> Iterator[str]:

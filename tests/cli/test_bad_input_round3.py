@@ -33,6 +33,7 @@ from harness.report.series import run_series
 from harness.report.tables import when
 from harness.report.timeseries import timeseries_figures
 from harness.results import load_run, point_id
+from harness.serve.doctor import url_check
 from harness.serve.profiles import load_profile
 
 
@@ -187,11 +188,19 @@ def test_error_messages_print_control_characters_escaped(tmp_path: Path) -> None
 # ------------------------------------------------------------------ item 5: checks that check
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:1", "htp:/nowhere", "http://[::1", "http://h:x"])
-def test_doctor_url_fails_for_a_dead_or_malformed_url(url: str) -> None:
-    result = repro("doctor", "--url", url, timeout=60)
+def test_doctor_url_fails_for_a_dead_url() -> None:
+    result = repro("doctor", "--url", "http://127.0.0.1:1", timeout=60)  # before: all pass
     assert result.returncode == 1, (result.stdout, result.stderr)
     assert "FAIL server:" in result.stdout and "all checks pass" not in result.stdout
+    assert url_check("htp:/nowhere").status == "fail"  # the check itself, called directly
+
+
+@pytest.mark.parametrize("command", [["doctor"], ["sweep", "--profile", "cpu-tiny"],
+                                     ["coherence", "--profile", "cpu-tiny"]])  # fmt: skip
+@pytest.mark.parametrize("url", ["htp:/nowhere", "http://[::1", "http://h:x", "http://:80"])
+def test_every_url_option_refuses_a_malformed_url(command: list[str], url: str) -> None:
+    # before: doctor passed them all, `sweep --url http://[::1` was a ValueError traceback
+    one_error_line(repro(*command, "--url", url, timeout=60), f"--url {url!r}", "http://HOST")
 
 
 def test_doctor_url_passes_for_a_live_server(free_loopback_server: str) -> None:
