@@ -222,11 +222,15 @@ def verify_command(
     if json_out:
         atomic_write_json(json_out, report)
         click.echo(f"report: {json_out}")
+    problems = [report["checksum"]] if report.get("checksum") else []  # data != its sidecar
     if report["max_abs_drift"] > tolerance:
-        raise DatasetError(
+        problems.insert(
+            0,
             f"{file}: {report['turns'] - report['exact_turns']} turns off target "
-            f"(max |drift| {report['max_abs_drift']} > tolerance {tolerance})"
+            f"(max |drift| {report['max_abs_drift']} > tolerance {tolerance})",
         )
+    if problems:
+        raise DatasetError("; ".join(problems))
 
 
 @dataset_group.command("plan", cls=IntListCommand)

@@ -2,7 +2,7 @@
 
 :func:`install` walks every command and gives each text-like parameter (strings and paths) a
 callback that runs :mod:`harness.names` while click parses the command line, so a bad value is a
-one-line error (exit 2) before any command body runs and before anything is written:
+usage error (exit 2) before any command body runs and before anything is written:
 
 - names that become one path component (``--run-id``) and lists of names (``--points c1,c8``,
   ``--profiles A,B``, the ARM of ``--arm ARM=RUN``) must match :data:`harness.names.NAME`;
@@ -95,7 +95,11 @@ def _guarded(param: click.Parameter, inner: Callable[..., Any] | None) -> Callab
             None,
         ):  # defaults are the harness's own values
             for item in _values(value):
-                check_value(p, item)  # ConfigError: `error: --run-id '../x': ...`, exit 2
+                try:
+                    check_value(p, item)
+                except ConfigError as exc:  # click's usage error names the option: exit 2
+                    message = str(exc).removeprefix(_hint(p)).strip()
+                    raise click.BadParameter(message, ctx=ctx, param=p) from None
         return inner(ctx, p, value) if inner is not None else value
 
     setattr(callback, MARK, True)

@@ -135,11 +135,10 @@ def verify_file(
     (from the file's metadata unless given), and the templated prompt length (empty assistant
     replies, + output_tokens_estimate per earlier reply). Long contents are shrunk for the
     template count (exact, see TokenizerHandle.shrink); `full_template` also renders every
-    first turn in full and reports any disagreement. A file whose sidecar records another
-    sha256 is refused: its counts would be checked against a manifest of other data."""
-    problem = checksum_problem(path)
-    if problem:
-        raise DatasetError(problem)
+    first turn in full and reports any disagreement. ``checksum`` is why the file does not
+    match the sha256 its sidecar records (None when it does): `repro dataset verify` fails on
+    it after the counts, which still say how far the data is off."""
+    checksum = checksum_problem(path)
     data = load_swe_smith(path)
     F, S = _targets(data.get("metadata") or {}, first_turn_length, subsequent_turn_length)
     conversations = data["conversations"]
@@ -168,6 +167,7 @@ def verify_file(
         "prompt_tokens_turn1_match": first_ok,
         "template_full_check": check,
         "per_conversation": report_convs,
+        "checksum": checksum,
     }
 
 
@@ -185,6 +185,8 @@ def summary_lines(report: dict[str, Any], *, per_turn: bool = False) -> list[str
             f"{report['prompt_tokens_turn1_match']}/{report['conversations']}"
         ),
     ]
+    if report.get("checksum"):
+        lines.append(f"checksum: {report['checksum']}")
     check = report.get("template_full_check")
     if check is not None:
         lines.append(

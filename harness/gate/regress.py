@@ -110,9 +110,7 @@ def view_from_parts(
 
 
 def view_from_run(run: Run) -> RunView:
-    """The run as the gate reads it; a damaged run (harness.records) is refused: its points are
-    not what its manifest says, so no verdict on it means anything."""
-    damage = run_damage(run)
+    damage = run_damage(run)  # its points are not what its manifest says: no verdict means much
     if damage:
         raise RunError(f"{run.root}: damaged run: {'; '.join(damage)}")
     return view_from_parts(
