@@ -35,7 +35,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     _SESSION.append(session)
-    _CENSUS.start()
+    if not hasattr(session.config, "workerinput"):  # one census per run: the xdist controller's
+        _CENSUS.start()
 
 
 def pytest_collection_modifyitems(
@@ -71,6 +72,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return
     starts = _CENSUS.stop()
     write = terminalreporter.write_line
     terminalreporter.section("server starts")

@@ -47,9 +47,10 @@ class ServerCensus:
         self._thread.start()
 
     def stop(self) -> Counter[str]:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self._scan(count=True)
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join(timeout=5)
+            self._scan(count=True)
         return self.starts
 
     def _run(self) -> None:
