@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from harness import metric_names as mn
 from harness.config import read_json, validate
 from harness.errors import ReproError, RunError
 
@@ -58,7 +59,7 @@ METRICS: dict[str, MetricSpec] = {
         "Mean requests running",
         "requests",
         "higher",
-        "Mean of the non-zero vllm:num_requests_running samples, summed over engines (blog).",
+        f"Mean of the non-zero {mn.NUM_REQUESTS_RUNNING} samples, summed over engines (blog).",
     ),
     "interactivity": MetricSpec(
         "Interactivity",
@@ -94,7 +95,7 @@ METRICS: dict[str, MetricSpec] = {
         "Server mean TPOT",
         "ms",
         "lower",
-        "Delta of vllm:request_time_per_output_token_seconds sum/count over the point.",
+        f"Delta of {mn.REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS} sum/count over the point.",
     ),
     "mtp_acceptance_length": MetricSpec(
         "MTP acceptance length",
@@ -112,37 +113,37 @@ METRICS: dict[str, MetricSpec] = {
         "Preemptions",
         "count",
         "lower",
-        "Delta of vllm:num_preemptions_total over the point.",
+        f"Delta of {mn.total(mn.NUM_PREEMPTIONS)} over the point.",
     ),
     "waiting_mean": MetricSpec(
         "Mean requests waiting",
         "requests",
         "lower",
-        "Mean of vllm:num_requests_waiting.",
+        f"Mean of {mn.NUM_REQUESTS_WAITING}.",
     ),
     "waiting_max": MetricSpec(
         "Max requests waiting",
         "requests",
         "lower",
-        "Max of vllm:num_requests_waiting.",
+        f"Max of {mn.NUM_REQUESTS_WAITING}.",
     ),
     "kv_cache_usage_mean": MetricSpec(
         "Mean KV-cache usage",
         "fraction",
         None,
-        "Mean of vllm:kv_cache_usage_perc (max over engines).",
+        f"Mean of {mn.KV_CACHE_USAGE_PERC} (max over engines).",
     ),
     "kv_cache_usage_max": MetricSpec(
         "Max KV-cache usage",
         "fraction",
         None,
-        "Max of vllm:kv_cache_usage_perc.",
+        f"Max of {mn.KV_CACHE_USAGE_PERC}.",
     ),
     "prefix_cache_hit_rate": MetricSpec(
         "Prefix-cache hit rate (server)",
         "fraction",
         "higher",
-        "delta vllm:prefix_cache_hits / delta vllm:prefix_cache_queries.",
+        f"delta {mn.PREFIX_CACHE_HITS} / delta {mn.PREFIX_CACHE_QUERIES}.",
     ),
     "client_kv_cache_hit_rate": MetricSpec(
         "KV-cache hit rate (client estimate)",
@@ -166,31 +167,31 @@ METRICS: dict[str, MetricSpec] = {
         "HiSparse host-to-device traffic",
         "GiB",
         None,
-        "delta vllm:hisparse_host_to_device_bytes.",
+        f"delta {mn.HISPARSE_HOST_TO_DEVICE_BYTES}.",
     ),
     "hisparse_host_cache_usage_mean": MetricSpec(
         "HiSparse host pool usage (mean)",
         "fraction",
         None,
-        "Mean of vllm:hisparse_host_cache_usage_perc over the point's samples (vLLM >= 0.32).",
+        f"Mean of {mn.HISPARSE_HOST_CACHE_USAGE_PERC} over the point's samples (vLLM >= 0.32).",
     ),
     "hisparse_host_cache_usage_max": MetricSpec(
         "HiSparse host pool usage (max)",
         "fraction",
         None,
-        "Max of vllm:hisparse_host_cache_usage_perc over the point's samples (vLLM >= 0.32).",
+        f"Max of {mn.HISPARSE_HOST_CACHE_USAGE_PERC} over the point's samples (vLLM >= 0.32).",
     ),
     "hisparse_pending_transfers_mean": MetricSpec(
         "HiSparse pending page transfers (mean)",
         "pages",
         None,
-        "Mean of vllm:hisparse_pending_page_transfers, summed over engines (vLLM >= 0.32).",
+        f"Mean of {mn.HISPARSE_PENDING_PAGE_TRANSFERS}, summed over engines (vLLM >= 0.32).",
     ),
     "hisparse_pending_transfers_max": MetricSpec(
         "HiSparse pending page transfers (max)",
         "pages",
         None,
-        "Max of vllm:hisparse_pending_page_transfers, summed over engines (vLLM >= 0.32).",
+        f"Max of {mn.HISPARSE_PENDING_PAGE_TRANSFERS}, summed over engines (vLLM >= 0.32).",
     ),
     "offload_load_gib": MetricSpec(
         "Offload loads (CPU to GPU)",

@@ -6,7 +6,7 @@ per-request timings from its sqlite.  Rules (see reference/vllm.md §3 and pitfa
 
 - gauges: per scrape, summed over series (i.e. over `engine`) — except `kv_cache_usage_perc`,
   which takes the max over engines; then mean/max over the scrapes of the point window;
-- occupancy: mean of the *non-zero* per-scrape sums of `vllm:num_requests_running`; null (never
+- occupancy: mean of the *non-zero* per-scrape sums of the running-requests gauge; null (never
   0) when no scrape saw a running request;
 - counters: per series (name + labels), increases between consecutive scrapes, where a drop is a
   reset (restarted server) and the increase after it is the new value itself; summed over series.
@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness import metric_names as mn
 from harness.client.scrape import Sample
 from harness.results import METRICS, ClientSummary
 
@@ -205,13 +206,13 @@ def derive_point_metrics(
 
     _client_metrics(m, client, percentiles, divisor=divisor, parallel=parallel)
 
-    running = gauge_per_scrape(samples, "vllm:num_requests_running")
+    running = gauge_per_scrape(samples, mn.NUM_REQUESTS_RUNNING)
     nonzero = [v for _, v in running if v > 0]
     m["occupancy"] = _mean(nonzero)
-    waiting = [v for _, v in gauge_per_scrape(samples, "vllm:num_requests_waiting")]
+    waiting = [v for _, v in gauge_per_scrape(samples, mn.NUM_REQUESTS_WAITING)]
     m["waiting_mean"] = _mean(waiting)
     m["waiting_max"] = max(waiting) if waiting else None
-    kv = [v for _, v in gauge_per_scrape(samples, "vllm:kv_cache_usage_perc", combine="max")]
+    kv = [v for _, v in gauge_per_scrape(samples, mn.KV_CACHE_USAGE_PERC, combine="max")]
     m["kv_cache_usage_mean"] = _mean(kv)
     m["kv_cache_usage_max"] = max(kv) if kv else None
 
@@ -222,37 +223,35 @@ def derive_point_metrics(
         resets.append(n)
         return value
 
-    tpot_sum = delta("vllm:request_time_per_output_token_seconds_sum")
-    tpot_count = delta("vllm:request_time_per_output_token_seconds_count")
+    tpot_sum = delta(mn.hist_sum(mn.REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS))
+    tpot_count = delta(mn.hist_count(mn.REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS))
     server_tpot = _ratio(tpot_sum, tpot_count)
     m["server_tpot_ms"] = server_tpot * 1000.0 if server_tpot is not None else None
 
-    drafts = delta("vllm:spec_decode_num_drafts")
-    draft_tokens = delta("vllm:spec_decode_num_draft_tokens")
-    accepted = delta("vllm:spec_decode_num_accepted_tokens")
+    drafts = delta(mn.SPEC_DECODE_NUM_DRAFTS)
+    draft_tokens = delta(mn.SPEC_DECODE_NUM_DRAFT_TOKENS)
+    accepted = delta(mn.SPEC_DECODE_NUM_ACCEPTED_TOKENS)
     per_draft = _ratio(accepted, drafts)
     m["mtp_acceptance_length"] = 1.0 + per_draft if per_draft is not None else None
     m["spec_acceptance_rate"] = _ratio(accepted, draft_tokens)
 
-    m["preemptions"] = delta("vllm:num_preemptions")
-    m["prefix_cache_hit_rate"] = _ratio(
-        delta("vllm:prefix_cache_hits"), delta("vllm:prefix_cache_queries")
-    )
+    m["preemptions"] = delta(mn.NUM_PREEMPTIONS)
+    m["prefix_cache_hit_rate"] = _ratio(delta(mn.PREFIX_CACHE_HITS), delta(mn.PREFIX_CACHE_QUERIES))
 
     # Hot-buffer counters move only every 2,000 worker steps: a window without an update is 0/0,
     # which is "not measured" (null), never a 0 % hit rate; `info` says how coarse it was.
-    hits, misses = delta("vllm:hisparse_cache_hits"), delta("vllm:hisparse_cache_misses")
+    hits, misses = delta(mn.HISPARSE_CACHE_HITS), delta(mn.HISPARSE_CACHE_MISSES)
     looked_up = (hits or 0.0) + (misses or 0.0)
     m["hisparse_hit_rate"] = hits / looked_up if hits is not None and looked_up > 0 else None
-    h2d = delta("vllm:hisparse_host_to_device_bytes")
+    h2d = delta(mn.HISPARSE_HOST_TO_DEVICE_BYTES)
     m["hisparse_h2d_gib"] = h2d / GIB if h2d is not None else None
 
-    load = delta("vllm:kv_offload_load_bytes")
+    load = delta(mn.KV_OFFLOAD_LOAD_BYTES)
     if load is None:  # the older, deprecated form
-        load = delta("vllm:kv_offload_total_bytes", {"transfer_type": "CPU_to_GPU"})
-    store = delta("vllm:kv_offload_store_bytes")
+        load = delta(mn.KV_OFFLOAD_TOTAL_BYTES, {"transfer_type": "CPU_to_GPU"})
+    store = delta(mn.KV_OFFLOAD_STORE_BYTES)
     if store is None:  # label values are exact-case (vllm offloading/metrics.py)
-        store = delta("vllm:kv_offload_total_bytes", {"transfer_type": "GPU_to_CPU"})
+        store = delta(mn.KV_OFFLOAD_TOTAL_BYTES, {"transfer_type": "GPU_to_CPU"})
     m["offload_load_gib"] = load / GIB if load is not None else None
     m["offload_store_gib"] = store / GIB if store is not None else None
 
@@ -265,7 +264,7 @@ def derive_point_metrics(
         **_hisparse_gauges(samples, m),
     }
     if hits is not None:
-        info["hisparse_counter_updates"] = _counter_updates(samples, "vllm:hisparse_cache_hits")
+        info["hisparse_counter_updates"] = _counter_updates(samples, mn.HISPARSE_CACHE_HITS)
         info["hisparse_hit_rate_coarse"] = info["hisparse_counter_updates"] < 2
     if requests and running:
         # Client in-flight count at the instants the gauge was sampled (same monotonic clock).
@@ -293,10 +292,9 @@ def _counter_updates(samples: Iterable[Sample], name: str) -> int:
 def _hisparse_gauges(samples: Sequence[Sample], m: dict[str, float | None]) -> dict[str, Any]:
     """The 0.32+ host-tier gauges (once per engine step; absent on 0.30/0.31 and forks)."""
     usage = [
-        v
-        for _, v in gauge_per_scrape(samples, "vllm:hisparse_host_cache_usage_perc", combine="max")
+        v for _, v in gauge_per_scrape(samples, mn.HISPARSE_HOST_CACHE_USAGE_PERC, combine="max")
     ]
-    pending = [v for _, v in gauge_per_scrape(samples, "vllm:hisparse_pending_page_transfers")]
+    pending = [v for _, v in gauge_per_scrape(samples, mn.HISPARSE_PENDING_PAGE_TRANSFERS)]
     m["hisparse_host_cache_usage_mean"] = _mean(usage)
     m["hisparse_host_cache_usage_max"] = max(usage) if usage else None
     m["hisparse_pending_transfers_mean"] = _mean(pending)

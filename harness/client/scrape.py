@@ -23,6 +23,7 @@ from pathlib import Path
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness import metric_names as mn
 from harness.results import atomic_write_text
 
 SAMPLE_COLUMNS = ("timestamp", "monotonic", "name", "labels", "value")
@@ -33,7 +34,7 @@ KEEP_PREFIX = "vllm:"
 class Sample:
     timestamp: float  # epoch s (time.time()) when the scrape's response arrived
     monotonic: float  # time.monotonic() at the same instant
-    name: str  # sample name as exposed, e.g. "vllm:num_preemptions_total"
+    name: str  # sample name as exposed, e.g. mn.total(mn.NUM_PREEMPTIONS)
     labels: dict[str, str]
     value: float
 
@@ -95,7 +96,7 @@ class Scraper:
         except Exception as exc:  # noqa: BLE001 - any failure is a gap, never fatal
             self._gap(time.time(), time.monotonic(), f"{type(exc).__name__}: {exc}"[:300])
             return False
-        running = [s.value for s in parsed if s.name == "vllm:num_requests_running"]
+        running = [s.value for s in parsed if s.name == mn.NUM_REQUESTS_RUNNING]
         with self._lock:
             self.samples.extend(parsed)
             self.scrapes_ok += 1

@@ -13,20 +13,21 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, Field
 
+from harness import metric_names as mn
 from harness.coherence.probes import ProbeSet
 from harness.errors import ServerError
 
 SPEC_COUNTERS = {
-    "drafts": "vllm:spec_decode_num_drafts_total",
-    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+    "drafts": mn.total(mn.SPEC_DECODE_NUM_DRAFTS),
+    "draft_tokens": mn.total(mn.SPEC_DECODE_NUM_DRAFT_TOKENS),
+    "accepted": mn.total(mn.SPEC_DECODE_NUM_ACCEPTED_TOKENS),
 }
 # Evidence that KV left the GPU: offload stores, HiSparse host->device traffic, preemptions.
 SPILL_COUNTERS = {
-    "offload_store_bytes": ("vllm:kv_offload_store_bytes_total",),
-    "offload_gpu_to_cpu_bytes": ("vllm:kv_offload_total_bytes_total",),
-    "hisparse_h2d_bytes": ("vllm:hisparse_host_to_device_bytes_total",),
-    "preemptions": ("vllm:num_preemptions_total",),
+    "offload_store_bytes": (mn.total(mn.KV_OFFLOAD_STORE_BYTES),),
+    "offload_gpu_to_cpu_bytes": (mn.total(mn.KV_OFFLOAD_TOTAL_BYTES),),
+    "hisparse_h2d_bytes": (mn.total(mn.HISPARSE_HOST_TO_DEVICE_BYTES),),
+    "preemptions": (mn.total(mn.NUM_PREEMPTIONS),),
 }
 
 

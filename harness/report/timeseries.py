@@ -15,6 +15,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from harness import metric_names as mn
 from harness.analysis.metrics import counter_increase, counter_series
 from harness.client.scrape import Sample, read_samples_counted
 from harness.names import for_plotly, is_name
@@ -23,10 +24,10 @@ from harness.results import Run, RunLayout
 
 # Scraped series shown per point: (title, sample name, how to fold engines / counters).
 TIMESERIES: tuple[tuple[str, str, str], ...] = (
-    ("Requests running", "vllm:num_requests_running", "sum"),
-    ("Requests waiting", "vllm:num_requests_waiting", "sum"),
-    ("KV-cache usage (fraction)", "vllm:kv_cache_usage_perc", "max"),
-    ("Preemptions (cumulative in point)", "vllm:num_preemptions_total", "counter"),
+    ("Requests running", mn.NUM_REQUESTS_RUNNING, "sum"),
+    ("Requests waiting", mn.NUM_REQUESTS_WAITING, "sum"),
+    ("KV-cache usage (fraction)", mn.KV_CACHE_USAGE_PERC, "max"),
+    ("Preemptions (cumulative in point)", mn.total(mn.NUM_PREEMPTIONS), "counter"),
     ("MTP acceptance length (per scrape interval)", "acceptance", "acceptance"),
 )
 
@@ -35,15 +36,15 @@ TIMESERIES: tuple[tuple[str, str, str], ...] = (
 
 SCRAPED_NAMES = frozenset(
     {
-        "vllm:num_requests_running",
-        "vllm:num_requests_waiting",
-        "vllm:kv_cache_usage_perc",
-        "vllm:num_preemptions_total",
-        "vllm:num_preemptions",
-        "vllm:spec_decode_num_accepted_tokens_total",
-        "vllm:spec_decode_num_accepted_tokens",
-        "vllm:spec_decode_num_drafts_total",
-        "vllm:spec_decode_num_drafts",
+        mn.NUM_REQUESTS_RUNNING,
+        mn.NUM_REQUESTS_WAITING,
+        mn.KV_CACHE_USAGE_PERC,
+        mn.total(mn.NUM_PREEMPTIONS),
+        mn.NUM_PREEMPTIONS,
+        mn.total(mn.SPEC_DECODE_NUM_ACCEPTED_TOKENS),
+        mn.SPEC_DECODE_NUM_ACCEPTED_TOKENS,
+        mn.total(mn.SPEC_DECODE_NUM_DRAFTS),
+        mn.SPEC_DECODE_NUM_DRAFTS,
     }
 )
 
@@ -87,8 +88,8 @@ def _counter(samples: list[Sample], name: str) -> tuple[list[float], list[float]
 
 def _acceptance(samples: list[Sample]) -> tuple[list[float], list[float]]:
     """1 + d(accepted)/d(drafts) per scrape interval, where drafts moved."""
-    t_acc, acc = _counter(samples, "vllm:spec_decode_num_accepted_tokens_total")
-    t_dr, dr = _counter(samples, "vllm:spec_decode_num_drafts_total")
+    t_acc, acc = _counter(samples, mn.total(mn.SPEC_DECODE_NUM_ACCEPTED_TOKENS))
+    t_dr, dr = _counter(samples, mn.total(mn.SPEC_DECODE_NUM_DRAFTS))
     accepted, drafts = dict(zip(t_acc, acc, strict=True)), dict(zip(t_dr, dr, strict=True))
     times = sorted(set(accepted) & set(drafts))
     out_t, out_v = [], []

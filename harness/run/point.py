@@ -11,6 +11,7 @@ from typing import Any
 
 import requests
 
+from harness import metric_names as mn
 from harness.analysis.fidelity import check_fidelity
 from harness.analysis.metrics import derive_point_metrics
 from harness.analysis.point_table import keep_evalscope_table
@@ -277,7 +278,7 @@ def run_point(
             f"server counters reset {derived.counter_resets}x in the window (server restarted)"
         )
     if derived.metrics.get("occupancy") is None:
-        notes.append("no non-zero vllm:num_requests_running sample: occupancy is null")
+        notes.append(f"no non-zero {mn.NUM_REQUESTS_RUNNING} sample: occupancy is null")
     window, busy = _window(m, timings)
     fidelity = check_fidelity(
         read_request_bodies(ev_dir), expected_turn_tokens=expected_turn_tokens

@@ -17,7 +17,7 @@ def loopback_session() -> requests.Session:
 
 
 def live_facts(base_url: str) -> dict[str, Any]:
-    """/version and the vllm:cache_config_info labels from a running server."""
+    """/version and the cache-config info labels (`metric_names.CACHE_CONFIG_INFO`) from a running server."""
     http = loopback_session()
     facts: dict[str, Any] = {}
     try:

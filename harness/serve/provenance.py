@@ -17,6 +17,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness import metric_names as mn
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # vLLM's start-up lines that state KV capacity (GPU and CPU builds, HiSparse forks, overrides).
 KV_CAPACITY_PATTERNS = (
@@ -131,13 +133,13 @@ def kv_capacity_lines(log_text: str) -> dict[str, Any]:
 
 
 def cache_config_labels(metrics_text: str) -> list[dict[str, str]]:
-    """Labels of every `vllm:cache_config_info` sample (one per engine)."""
+    """Labels of every cache-config info sample (`metric_names.CACHE_CONFIG_INFO`) (one per engine)."""
     out = []
     for family in text_string_to_metric_families(metrics_text):
-        if family.name == "vllm:cache_config_info":
+        if family.name == mn.CACHE_CONFIG_INFO:
             out += [
                 dict(sample.labels)
                 for sample in family.samples
-                if sample.name == "vllm:cache_config_info"
+                if sample.name == mn.CACHE_CONFIG_INFO
             ]
     return out

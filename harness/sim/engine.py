@@ -13,6 +13,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from harness import metric_names as mn
 from harness.client.scrape import Sample
 from harness.sim.client import PointClient
 from harness.sim.cost import StepStats, step_stats
@@ -131,9 +132,9 @@ class Engine:
     def gauges(self) -> dict[str, float]:
         sched, pool = self.scheduler, self.policy.pool
         out = {
-            "vllm:num_requests_running": float(len(sched.running)),
-            "vllm:num_requests_waiting": float(len(sched.waiting)),
-            "vllm:kv_cache_usage_perc": pool.used / pool.capacity,
+            mn.NUM_REQUESTS_RUNNING: float(len(sched.running)),
+            mn.NUM_REQUESTS_WAITING: float(len(sched.waiting)),
+            mn.KV_CACHE_USAGE_PERC: pool.used / pool.capacity,
         }
         out.update(self.policy.gauges())
         return out
@@ -141,26 +142,26 @@ class Engine:
     def counters(self) -> dict[str, float]:
         c = self.scheduler.counters
         out: dict[str, float] = {
-            "vllm:num_preemptions_total": c.preemptions,
-            "vllm:prefix_cache_queries_total": c.prefix_queries,
-            "vllm:prefix_cache_hits_total": c.prefix_hits,
-            "vllm:prompt_tokens_total": c.prompt_tokens,
-            "vllm:generation_tokens_total": c.generation_tokens,
-            "vllm:request_success_total": c.finished,
+            mn.total(mn.NUM_PREEMPTIONS): c.preemptions,
+            mn.total(mn.PREFIX_CACHE_QUERIES): c.prefix_queries,
+            mn.total(mn.PREFIX_CACHE_HITS): c.prefix_hits,
+            mn.total(mn.PROMPT_TOKENS): c.prompt_tokens,
+            mn.total(mn.GENERATION_TOKENS): c.generation_tokens,
+            mn.total(mn.REQUEST_SUCCESS): c.finished,
         }
         if self.scheduler.mtp.spec_tokens:
-            out["vllm:spec_decode_num_drafts_total"] = c.drafts
-            out["vllm:spec_decode_num_draft_tokens_total"] = c.draft_tokens
-            out["vllm:spec_decode_num_accepted_tokens_total"] = c.accepted
+            out[mn.total(mn.SPEC_DECODE_NUM_DRAFTS)] = c.drafts
+            out[mn.total(mn.SPEC_DECODE_NUM_DRAFT_TOKENS)] = c.draft_tokens
+            out[mn.total(mn.SPEC_DECODE_NUM_ACCEPTED_TOKENS)] = c.accepted
         h2d = getattr(self.policy, "h2d", None)
         if self.policy.name == "offload":
-            out["vllm:kv_offload_load_bytes_total"] = h2d.bytes_total if h2d else 0
-            out["vllm:kv_offload_store_bytes_total"] = getattr(self.policy, "stored_bytes", 0)
+            out[mn.total(mn.KV_OFFLOAD_LOAD_BYTES)] = h2d.bytes_total if h2d else 0
+            out[mn.total(mn.KV_OFFLOAD_STORE_BYTES)] = getattr(self.policy, "stored_bytes", 0)
         if self.policy.name == "hisparse":
             misses = round(self.hisparse_misses)
-            out["vllm:hisparse_cache_hits_total"] = round(self.hisparse_rows) - misses
-            out["vllm:hisparse_cache_misses_total"] = misses
-            out["vllm:hisparse_host_to_device_bytes_total"] = misses * self.row_bytes
+            out[mn.total(mn.HISPARSE_CACHE_HITS)] = round(self.hisparse_rows) - misses
+            out[mn.total(mn.HISPARSE_CACHE_MISSES)] = misses
+            out[mn.total(mn.HISPARSE_HOST_TO_DEVICE_BYTES)] = misses * self.row_bytes
         return out
 
     def _scrape(self, t: float) -> list[Sample]:

@@ -29,6 +29,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from harness import metric_names as mn
 from harness.analysis.metrics import counter_delta
 from harness.client.scrape import read_samples_csv
 from harness.errors import ConfigError, RunError
@@ -268,20 +269,20 @@ def _deltas(run: Run, point: PointRecord) -> PointDeltas:
     client = point.client
     if client is None or client.mean_latency_s is None:
         raise RunError(f"{run.root}: point {point.point_id}: no client latency")
-    requests = delta("vllm:request_success_total")
+    requests = delta(mn.total(mn.REQUEST_SUCCESS))
     if requests <= 0:
         raise RunError(f"{run.root}: point {point.point_id}: no finished requests in the window")
     return PointDeltas(
         label=point.label,
         parallel=point.parallel,
         requests=requests,
-        generation_tokens=delta("vllm:generation_tokens_total"),
-        prompt_tokens=delta("vllm:prompt_tokens_total"),
-        cached_tokens=delta("vllm:prefix_cache_hits_total"),
-        decode_s=delta("vllm:request_decode_time_seconds_sum"),
-        prefill_s=delta("vllm:request_prefill_time_seconds_sum"),
-        queue_s=delta("vllm:request_queue_time_seconds_sum"),
-        inference_s=delta("vllm:request_inference_time_seconds_sum"),
+        generation_tokens=delta(mn.total(mn.GENERATION_TOKENS)),
+        prompt_tokens=delta(mn.total(mn.PROMPT_TOKENS)),
+        cached_tokens=delta(mn.total(mn.PREFIX_CACHE_HITS)),
+        decode_s=delta(mn.hist_sum(mn.REQUEST_DECODE_TIME_SECONDS)),
+        prefill_s=delta(mn.hist_sum(mn.REQUEST_PREFILL_TIME_SECONDS)),
+        queue_s=delta(mn.hist_sum(mn.REQUEST_QUEUE_TIME_SECONDS)),
+        inference_s=delta(mn.hist_sum(mn.REQUEST_INFERENCE_TIME_SECONDS)),
         client_latency_s=client.mean_latency_s,
         # The batch size for the fit: the client's time-weighted in-flight mean (exact request
         # times), not the gauge: a short unpressured point has only a few 1 s scrapes (pitfalls.md;
@@ -410,9 +411,9 @@ class CpuEngine(Engine):
             return super().gauges()
         running, waiting, used = sched.snapshot
         return {
-            "vllm:num_requests_running": float(running),
-            "vllm:num_requests_waiting": float(waiting),
-            "vllm:kv_cache_usage_perc": used / self.policy.pool.capacity,
+            mn.NUM_REQUESTS_RUNNING: float(running),
+            mn.NUM_REQUESTS_WAITING: float(waiting),
+            mn.KV_CACHE_USAGE_PERC: used / self.policy.pool.capacity,
         }
 
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import metric_names as mn
 from harness.analysis.metrics import gauge_per_scrape
 from harness.client.scrape import read_samples_csv
 from harness.errors import RunError
@@ -170,9 +171,9 @@ def waiting_busy_mean(run: Run, point: PointRecord) -> float | None:
     path = RunLayout(run.root).samples_csv(point.point_id)
     if not path.exists():
         return None
-    samples = read_samples_csv(path, ["vllm:num_requests_running", "vllm:num_requests_waiting"])
-    running = dict(gauge_per_scrape(samples, "vllm:num_requests_running"))
-    waiting = dict(gauge_per_scrape(samples, "vllm:num_requests_waiting"))
+    samples = read_samples_csv(path, [mn.NUM_REQUESTS_RUNNING, mn.NUM_REQUESTS_WAITING])
+    running = dict(gauge_per_scrape(samples, mn.NUM_REQUESTS_RUNNING))
+    waiting = dict(gauge_per_scrape(samples, mn.NUM_REQUESTS_WAITING))
     busy = [w for t, w in waiting.items() if w > 0 or running.get(t, 0.0) > 0]
     return sum(busy) / len(busy) if busy else None
 

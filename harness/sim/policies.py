@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness import metric_names as mn
 from harness.sim.blocks import GpuPool, PrefixLru
 from harness.sim.request import Request
 
@@ -415,4 +416,4 @@ class HiSparse(GpuOnly):
 
     def gauges(self) -> dict[str, float]:
         cap = self.host.capacity
-        return {"vllm:hisparse_host_cache_usage_perc": self.host.used / cap if cap else 0.0}
+        return {mn.HISPARSE_HOST_CACHE_USAGE_PERC: self.host.used / cap if cap else 0.0}

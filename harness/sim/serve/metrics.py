@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from harness import metric_names as mn
 from harness.sim.serve.live import Handle, LiveEngine
 
 LABELS = ("model_name", "engine")
@@ -34,10 +35,10 @@ E2E_BUCKETS = _buckets(
     "0.3 0.5 0.8 1.0 1.5 2.0 2.5 5.0 10.0 15.0 20.0 30.0 40.0 50.0 60.0 120.0 240.0 480.0 960.0 1920.0 7680.0"
 )
 HELP = {
-    "vllm:num_requests_running": "Number of requests in model execution batches.",
-    "vllm:num_requests_waiting": "Number of requests waiting to be processed.",
-    "vllm:kv_cache_usage_perc": "KV-cache usage. 1 means 100 percent usage.",
-    "vllm:hisparse_host_cache_usage_perc": "HiSparse host pool usage.",
+    mn.NUM_REQUESTS_RUNNING: "Number of requests in model execution batches.",
+    mn.NUM_REQUESTS_WAITING: "Number of requests waiting to be processed.",
+    mn.KV_CACHE_USAGE_PERC: "KV-cache usage. 1 means 100 percent usage.",
+    mn.HISPARSE_HOST_CACHE_USAGE_PERC: "HiSparse host pool usage.",
 }
 
 
@@ -61,7 +62,7 @@ class _EngineCollector(Collector):
             family.add_metric(self.values, float(value))
             yield family
         info = GaugeMetricFamily(
-            "vllm:cache_config_info",
+            mn.CACHE_CONFIG_INFO,
             "Information of the LLMEngine CacheConfig",
             labels=list(self.extra),
         )
@@ -86,12 +87,12 @@ class SimMetrics:
             return Histogram(name, doc, LABELS, registry=self.registry, buckets=buckets)
 
         self.tpot = hist(
-            "vllm:request_time_per_output_token_seconds",
+            mn.REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS,
             "Histogram of time_per_output_token_seconds per request.",
             TPOT_BUCKETS,
         )
         self.ttft = hist(
-            "vllm:time_to_first_token_seconds",
+            mn.TIME_TO_FIRST_TOKEN_SECONDS,
             "Histogram of time to first token in seconds.",
             TTFT_BUCKETS,
         )
