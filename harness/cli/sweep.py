@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from harness import engines
 from harness.cli.cluster import executor_options, options_from
 from harness.cli.options import FINITE, flag, overrides_option, path_option, text_option
 from harness.cluster.records import settle_job_run
@@ -86,8 +87,8 @@ def register(group: click.Group) -> None:
 )
 @click.option(
     "--engine",
-    type=click.Choice(["vllm", "sim"]),
-    default="vllm",
+    type=click.Choice(engines.cli_choices()),
+    default=engines.DEFAULT_CLI,
     show_default=True,
     help="vllm: launch the profile's build; sim: serve the simulated engine over HTTP "
     "(no GPUs; default dataset openhands-offline).",

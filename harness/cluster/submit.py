@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from harness import engines
 from harness.cluster.job import sweep_job
 from harness.cluster.options import SlurmOptions
 from harness.cluster.records import (
@@ -83,7 +84,7 @@ def _sweep_argv(request: SweepRequest, run_id: str, out: Path, report: bool) -> 
             argv += ["--dataset", _absolute(request.dataset)]
         if request.url:
             argv += ["--url", request.url]
-        if request.engine != "vllm":
+        if request.engine != engines.DEFAULT_CLI:
             argv += ["--engine", request.engine]
         if request.time_scale is not None:
             argv += ["--time-scale", repr(request.time_scale)]
@@ -138,7 +139,9 @@ def prepare(request: SweepRequest, options: SlurmOptions, *, report: bool) -> Pr
         else:
             run_id = _free_run_id(out, target.run_dir.name)
     # a missing coherence reference fails here, not on the node after a queue wait
-    coherence_preflight(target.profile, request, target.manifest, target.engine, lambda _: None)
+    coherence_preflight(
+        target.profile, request, target.manifest, target.engine.judges_replies, lambda _: None
+    )
     argv = _sweep_argv(request, run_id, out, report)
     # --resume takes profile, overrides, dataset and URL from the run itself.
     resume_argv = _sweep_argv(replace(request, resume=out / run_id), run_id, out, report)

@@ -89,7 +89,7 @@ def coherence_preflight(
     profile: Profile,
     request: Any,
     manifest: Any = None,
-    engine: str = "vllm",
+    judges_replies: bool = True,
     echo: Callable[[str], None] = print,
     references_dir: Path | None = None,
 ) -> CoherencePreflight:
@@ -97,8 +97,8 @@ def coherence_preflight(
     coherence_against), `manifest` the resumed run's RunManifest (its override is kept).
 
     Raises MissingReference when nothing could judge the arm, unless --allow-incoherent (then
-    a warning note). The simulated engine emits no real tokens: nothing is judged, nothing
-    is required.
+    a warning note). An engine that emits no real tokens (`judges_replies` False: the
+    simulated one) has nothing to judge: nothing is required.
     """
     against = request.coherence_against or getattr(manifest, "coherence_against", None)
     if profile.coherence is None:
@@ -113,7 +113,7 @@ def coherence_preflight(
         against = str(Path(against).expanduser().resolve())
     plan = plan_check(profile, against=against, references_dir=references_dir)
     result = CoherencePreflight(plan, against)
-    problem = None if engine == "sim" else reference_problem(plan)
+    problem = reference_problem(plan) if judges_replies else None
     if problem is None:
         return result
     if not request.allow_incoherent:

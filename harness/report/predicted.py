@@ -64,11 +64,11 @@ def _matched(real: Run, sim: Run) -> list[tuple[PointRecord, PointRecord]]:
 
 def predicted_table(real: Run, sim: Run) -> dict[str, Any]:
     """Rows of limit / predicted / measured per matched point; RunError when none match."""
-    if sim.manifest.engine != "sim":
+    if not sim.manifest.simulated:
         raise RunError(
             f"--predicted {sim.root}: not a simulated run (engine {sim.manifest.engine!r})"
         )
-    if real.manifest.engine == "sim":
+    if real.manifest.simulated:
         raise RunError(f"{real.root}: --predicted overlays a simulation on a *real* run")
     pairs = _matched(real, sim)
     if not pairs:

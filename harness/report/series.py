@@ -52,7 +52,7 @@ def run_series(runs: Sequence[Run]) -> list[Series]:
         name = manifest.run_id
         if manifest.profile_name and manifest.profile_name not in name:
             name = f"{name} ({manifest.profile_name})"
-        if manifest.engine == "sim":
+        if manifest.simulated:
             name = f"{name} · simulated"
         out.append(
             Series(name=name, points=series_points(run), build=build_label(manifest.build), run=run)

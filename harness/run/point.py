@@ -30,10 +30,10 @@ from harness.client.evalscope import (
     run_child,
 )
 from harness.client.scrape import Sample, Scraper, write_samples_csv
+from harness.engines import Server
 from harness.errors import ReproError
 from harness.results import ClientSummary, PointRecord, RunLayout, atomic_write_json
 from harness.run.console import Progress
-from harness.run.engine import Server
 from harness.run.plan import PlannedPoint
 from harness.serve.profiles import SweepSpec
 

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from harness import engines
+from harness.engines import Engine, EngineArgs, EngineOptions
 from harness.errors import ConfigError, RunError
 from harness.paths import results_dir
 from harness.results import PointRecord, RunLayout, RunManifest, read_manifest, read_point
-from harness.run.engine import ENGINES
 from harness.run.owner import owner_state
 from harness.serve.profiles import Profile, load_profile
 from harness.serve.watchdog import group_alive
@@ -40,19 +41,12 @@ class SweepRequest:
     port: int | None = None
     allow_incoherent: bool = False  # count the points even when the coherence check fails
     coherence_against: str | None = None  # a run dir or an arm, instead of the profile's reference
-    engine: str = "vllm"  # vllm | sim (the simulated engine over HTTP)
+    engine: str = engines.DEFAULT_CLI  # `--engine`: a registered engine's cli_name
     time_scale: float | None = None  # engine sim: virtual time K x faster than the wall clock
     sim_args: Sequence[str] = ()  # engine sim: extra `repro sim serve` arguments (faults, ...)
 
     def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ConfigError(f"--engine {self.engine!r}: expected one of {', '.join(ENGINES)}")
-        if self.engine != "sim" and (self.time_scale is not None or self.sim_args):
-            raise ConfigError("--time-scale and --sim-arg apply to --engine sim only")
-        if self.engine == "sim" and self.url:
-            raise ConfigError("--engine sim launches the simulated server; --url attaches to one")
-        if self.time_scale is not None and not self.time_scale > 0:
-            raise ConfigError(f"--time-scale {self.time_scale!r}: must be > 0")
+        self.engine_choice()  # which options go with which engine: each engine checks its own
         if self.run_id is not None and not RUN_ID.fullmatch(self.run_id):
             raise ConfigError(
                 f"--run-id {self.run_id!r}: a run id is one path component of letters, digits "
@@ -60,6 +54,16 @@ class SweepRequest:
             )
         if self.repeats < 1:
             raise ConfigError(f"--repeats must be >= 1, got {self.repeats}")
+
+    def engine_choice(self) -> tuple[Engine, EngineArgs]:
+        """The engine this request names and its typed arguments (a ConfigError otherwise)."""
+        options = EngineOptions(
+            url=self.url,
+            time_scale=self.time_scale,
+            sim_args=tuple(self.sim_args),
+            sim_overrides=tuple(o for o in self.overrides if o.startswith("sim.")),
+        )
+        return engines.resolve_options(self.engine, options)
 
 
 @dataclass
@@ -76,9 +80,13 @@ class Target:
     explicit_id: bool = False  # --run-id given: never add a suffix
     manifest: RunManifest | None = None  # set when resuming
     stale_server_pgid: int | None = None
-    engine: str = "vllm"
-    time_scale: float = 1.0
-    sim_args: list[str] = field(default_factory=list)
+    engine: Engine = field(default_factory=lambda: engines.get("vllm"))
+    engine_args: EngineArgs = field(default_factory=lambda: engines.get("vllm").args_model())
+
+    @property
+    def time_scale(self) -> float:
+        """Virtual seconds per wall-clock second (1: real time)."""
+        return self.engine.time_scale(self.engine_args) or 1.0
 
 
 # --------------------------------------------------------------------------- resolve
@@ -120,7 +128,8 @@ def _resolve_resume(request: SweepRequest) -> Target:
             "stop it first (Ctrl-C or kill), then --resume"
         )
     finished_points(RunLayout(run_dir))  # every finished point must be readable
-    url = manifest.base_url if manifest.engine == "url" else None
+    engine, engine_args = engines.for_manifest(manifest)
+    url = engine.attached_url(engine_args)
     port = request.port
     if url is None and port is None:  # relaunch where the run's server was
         port = urlparse(manifest.base_url).port
@@ -135,9 +144,8 @@ def _resolve_resume(request: SweepRequest) -> Target:
         run_dir=run_dir,
         manifest=manifest,
         stale_server_pgid=int(pgid) if pgid and group_alive(int(pgid)) else None,
-        engine="sim" if manifest.engine == "sim" else "vllm",
-        time_scale=manifest.time_scale or 1.0,
-        sim_args=list((manifest.launch or {}).get("sim_args") or []),
+        engine=engine,
+        engine_args=engine_args,
     )
 
 
@@ -146,9 +154,8 @@ def resolve(request: SweepRequest) -> Target:
         return _resolve_resume(request)
     if request.profile is None:
         raise ConfigError("a sweep needs --profile (or --resume RUN_DIR)")
+    engine, engine_args = request.engine_choice()
     profile_sets = [o for o in request.overrides if not o.startswith("sim.")]
-    if request.engine != "sim" and len(profile_sets) != len(request.overrides):
-        raise ConfigError("--set sim.PARAM=VALUE applies to --engine sim only")
     prof = _load_profile(request.profile, profile_sets)
     rid = request.run_id or f"{prof.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
     run_dir = Path(request.out or results_dir()) / rid
@@ -160,29 +167,12 @@ def resolve(request: SweepRequest) -> Target:
     return Target(
         profile=prof,
         overrides=list(request.overrides),
-        url=request.url,
+        url=engine.attached_url(engine_args),
         port=request.port,
         repeats=request.repeats,
-        dataset_spec=str(request.dataset or _default_dataset(prof, request.engine)),
+        dataset_spec=str(request.dataset or engine.default_dataset(prof)),
         run_dir=run_dir,
         explicit_id=bool(request.run_id),
-        engine=request.engine,
-        time_scale=float(request.time_scale or _default_time_scale(request.engine)),
-        sim_args=list(request.sim_args),
+        engine=engine,
+        engine_args=engine_args,
     )
-
-
-def _default_dataset(prof: Profile, engine: str) -> str:
-    if engine == "sim":  # the GLM recipes need the hub's tokenizer; the sim runs offline
-        from harness.sim.serve.server import sim_dataset_for
-
-        return sim_dataset_for(prof.sweep.dataset)
-    return prof.sweep.dataset
-
-
-def _default_time_scale(engine: str) -> float:
-    if engine != "sim":
-        return 1.0
-    from harness.sim.serve.server import DEFAULT_TIME_SCALE
-
-    return DEFAULT_TIME_SCALE

@@ -32,6 +32,7 @@ from harness.client.evalscope import (
 )
 from harness.coherence import check_for_sweep, point_invalid_reason
 from harness.coherence.references import coherence_preflight
+from harness.engines import Server, StartContext
 from harness.errors import ReproError, RunError, ServerError, ServerStartFailed
 from harness.identity import configuration_key
 from harness.results import (
@@ -44,7 +45,6 @@ from harness.results import (
     write_summary,
 )
 from harness.run.console import Progress, point_line, print_plan, summary_table
-from harness.run.engine import Server, check_before_run, engine_name, start_server
 from harness.run.inputs import (
     DatasetFacts,
     effective_turns,
@@ -121,8 +121,9 @@ def _new_manifest(target: Target, ds: DatasetFacts, planned: list[PlannedPoint])
         status="running",
         created_at=time.time(),
         harness_version=__version__,
-        engine=engine_name(target.url, target.engine),  # type: ignore[arg-type]
-        time_scale=target.time_scale if target.engine == "sim" else None,
+        engine=target.engine.record_name,
+        engine_spec=target.engine.spec(target.engine_args),
+        time_scale=target.engine.time_scale(target.engine_args),
         base_url=target.url or f"http://{prof.host}:{target.port or prof.port}",
         profile_name=prof.name,
         profile=profile_dump,
@@ -196,10 +197,10 @@ def _set_aside_unfinished(layout: RunLayout, pid: str) -> None:
 
 
 def _record_server(sweep: Sweep, server: Server, args: ClientArgs) -> None:
-    manifest, url = sweep.manifest, sweep.target.url
+    manifest = sweep.manifest
     manifest.base_url = server.base_url
     manifest.launch = server.provenance()
-    if not url:
+    if sweep.target.engine.launches:
         manifest.serve_command = list(server.command)
         launch = manifest.launch
         manifest.build = launch.get("build") if isinstance(launch, dict) else None
@@ -222,8 +223,10 @@ def check_coherence(sweep: Sweep, server: Server, echo: Echo) -> None:
     """The profile's coherence check, right after readiness (and after every restart): a failure
     invalidates every point of the arm unless --allow-incoherent. The simulated engine emits no
     real tokens: there is nothing to judge, so it is skipped (and the manifest says so)."""
-    if sweep.target.engine == "sim":
-        sweep.manifest.notes.append("coherence: not applicable to the simulated engine")
+    if not sweep.target.engine.judges_replies:
+        engine = sweep.target.engine
+        what = "the simulated engine" if engine.simulated else f"engine {engine.kind}"
+        sweep.manifest.notes.append(f"coherence: not applicable to {what}")
         return
     record = check_for_sweep(
         sweep.target.profile,
@@ -255,8 +258,9 @@ def _run_points(
         if index:
             time.sleep(spec.sleep_between_points_s / k)
         if not alive(server):
-            if target.url:
-                raise ServerError(f"{target.url}: server not reachable before {plan.point_id}")
+            if not target.engine.launches:
+                where = target.url or server.base_url
+                raise ServerError(f"{where}: server not reachable before {plan.point_id}")
             echo(f"server not alive before {plan.point_id}: restarting")
             server.restart()
             check_coherence(sweep, server, echo)
@@ -277,7 +281,7 @@ def _run_points(
             expected_turn_tokens=expected_turn,
             time_scale=k,
         )
-        if not alive(server) and not target.url:
+        if not alive(server) and target.engine.launches:
             echo(f"  server died during {plan.point_id}: restarting")
             record.notes.append("server restarted after this point")
             if not fail_fast:
@@ -312,21 +316,13 @@ def _drive(sweep: Sweep, fail_fast: bool, echo: Echo) -> None:
 
         previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        sim = {
-            "time_scale": target.time_scale,
-            "dataset": str(sweep.ds.path) if sweep.ds.path else target.dataset_spec,
-            "args": target.sim_args,
-            "overrides": [o for o in target.overrides if o.startswith("sim.")],
-        }
-        server = start_server(
-            target.profile,
+        ctx = StartContext(
             log_path=layout.server_log,
-            url=target.url,
-            echo=echo,
             port=target.port,
-            engine=target.engine,
-            sim=sim,
+            dataset=str(sweep.ds.path) if sweep.ds.path else target.dataset_spec,
+            echo=echo,
         )
+        server = target.engine.start(target.profile, target.engine_args, ctx)
         model = getattr(server, "served_model_name", None) or target.profile.served_model_name
         args = _client_args(target, sweep.ds, model, server.base_url)
         _record_server(sweep, server, args)
@@ -348,7 +344,7 @@ def _drive(sweep: Sweep, fail_fast: bool, echo: Echo) -> None:
             }
         raise
     finally:
-        if server is not None and not target.url:
+        if server is not None and target.engine.launches:
             try:
                 server.stop()
             except Exception as exc:  # noqa: BLE001 - the final status must still be written
@@ -384,15 +380,17 @@ def run_sweep(request: SweepRequest, *, echo: Echo = click.echo) -> Path:
     """Run (or plan, or resume) a sweep; returns the run directory. `request.port` (engine vllm
     only) overrides the profile's port for this run; it does not enter the configuration key."""
     target = resolve(request)
-    coherence = coherence_preflight(target.profile, request, target.manifest, target.engine, echo)
+    coherence = coherence_preflight(
+        target.profile, request, target.manifest, target.engine.judges_replies, echo
+    )
     if not request.dry_run:
-        check_before_run(target.profile, url=target.url, port=target.port, engine=target.engine)
+        target.engine.check_before_run(target.profile, target.engine_args, target.port)
         # the machine against the profile (RAM for pinned pools, disk, build, hub): one line per
         # failing check before a build, a dataset or a server costs anything
         preflight = (
-            []
-            if target.engine == "sim"
-            else require_ready(target.profile, url=target.url, port=target.port)
+            require_ready(target.profile, url=target.url, port=target.port)
+            if target.engine.machine_preflight
+            else []
         )
         for check in preflight:
             if check.status == "warn":

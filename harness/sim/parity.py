@@ -294,7 +294,7 @@ def _deltas(run: Run, point: PointRecord) -> PointDeltas:
 def fit_cpu_cost(run_dir: Path | str) -> tuple[CpuCost, list[PointDeltas]]:
     """Fit `CpuCost` on an unpressured real run with a c1 point and at least one more point."""
     run = load_run(run_dir)
-    if run.manifest.engine == "sim":
+    if run.manifest.simulated:
         raise RunError(f"{run.root}: a simulated run; fit on a real one")
     if any(p.metrics.get("preemptions") for p in run.valid_points()):
         raise RunError(f"{run.root}: the fit run has preemptions; fit on an unpressured run")

@@ -47,7 +47,7 @@ def simulate_like(
     """Simulate `real_run`'s profile and sweep with `cost`: (manifest, [(record, samples)])."""
     run = load_run(real_run)
     man = run.manifest
-    if man.engine == "sim":
+    if man.simulated:
         raise RunError(f"{run.root}: a simulated run; predict a real one")
     setup = CpuSetup(
         cpu_serve(man.profile),

@@ -24,6 +24,7 @@ from harness.identity import configuration_key
 from harness.paths import DATASETS_DIR, results_dir
 from harness.results import (
     ClientSummary,
+    EngineSpec,
     PointRecord,
     RunLayout,
     RunManifest,
@@ -344,6 +345,7 @@ def simulated_manifest(run_id: str, **fields: Any) -> RunManifest:
         finished_at=now,
         harness_version=__version__,
         engine="sim",
+        engine_spec=EngineSpec(kind="sim", simulated=True),  # harness.engines.sim
         base_url="sim://",
         client={"name": "sim-client", "version": __version__, "semantics": "evalscope multi-turn"},
         **fields,

@@ -174,7 +174,9 @@ def test_stale_recorded_replies_are_refused_too(tmp_path: Path) -> None:
     with pytest.raises(MissingReference, match="changed since these replies were recorded"):
         coherence_preflight(profile, request, references_dir=tmp_path / "store")
     # the simulated engine emits no real tokens: nothing is judged, nothing is required
-    plan = coherence_preflight(profile, request, engine="sim", references_dir=tmp_path / "store")
+    plan = coherence_preflight(
+        profile, request, judges_replies=False, references_dir=tmp_path / "store"
+    )
     assert plan.notes == [] and plan.plan.reference == "cpu-tiny-mtp-nomtp"
 
 

@@ -1,0 +1,71 @@
+"""`sim-http`: the simulated engine served over HTTP (`repro sim serve`), launched and owned
+like a vLLM server; `repro sweep --engine sim`. No GPUs, no real tokens."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from harness.engines.base import Engine, EngineArgs, EngineOptions, Server, StartContext
+from harness.errors import ConfigError
+from harness.serve.profiles import Profile
+from harness.sim.serve.process import SimServer
+from harness.sim.serve.server import DEFAULT_TIME_SCALE, sim_dataset_for
+
+
+class SimHttpArgs(EngineArgs):
+    kind: Literal["sim-http"] = "sim-http"
+    time_scale: float = Field(DEFAULT_TIME_SCALE, gt=0)  # virtual time K x the wall clock
+    sim_args: list[str] = Field(default_factory=list)  # extra `repro sim serve` arguments
+    overrides: list[str] = Field(default_factory=list)  # --set sim.PARAM=VALUE
+
+
+class SimHttpEngine(Engine):
+    kind = "sim-http"
+    record_name = "sim"
+    args_model = SimHttpArgs
+    cli_name = "sim"
+    simulated = True
+    judges_replies = False
+    machine_preflight = False
+    needs_gpus = False
+
+    def args_from_options(self, options: EngineOptions) -> EngineArgs:
+        if options.url:
+            raise ConfigError("--engine sim launches the simulated server; --url attaches to one")
+        if options.time_scale is not None and not options.time_scale > 0:
+            raise ConfigError(f"--time-scale {options.time_scale!r}: must be > 0")
+        return SimHttpArgs(
+            time_scale=float(options.time_scale or DEFAULT_TIME_SCALE),
+            sim_args=list(options.sim_args),
+            overrides=list(options.sim_overrides),
+        )
+
+    def default_dataset(self, profile: Profile) -> str:
+        # the GLM recipes need the hub's tokenizer; the simulated engine runs offline
+        return sim_dataset_for(profile.sweep.dataset)
+
+    def time_scale(self, args: EngineArgs) -> float | None:
+        assert isinstance(args, SimHttpArgs)
+        return args.time_scale
+
+    def start(self, profile: Profile, args: EngineArgs, ctx: StartContext) -> Server:
+        assert isinstance(args, SimHttpArgs)
+        ctx.echo(
+            f"starting the simulated engine for profile {profile.name} "
+            f"(time scale {args.time_scale}); log: {ctx.log_path}"
+        )
+        server = SimServer(
+            profile,
+            log_path=ctx.log_path,
+            port=ctx.port,
+            echo=ctx.echo,
+            time_scale=args.time_scale,
+            dataset=ctx.dataset,
+            extra_args=args.sim_args,
+            overrides=args.overrides,
+        )
+        server.start()
+        ctx.echo(f"sim server ready at {server.base_url}")
+        return server
