@@ -6,7 +6,7 @@ P_t >= P_{t-1} + C_{t-1} (previous prompt + reply + new turn + chat template).  
 r_t = P_t - P_{t-1} - C_{t-1} is the new turn plus template tokens; it is reported, and compared
 with the dataset's subsequent-turn length when the dataset manifest gives one.  Replayed
 assistant messages that are empty are counted: the pinned client drops vLLM's `delta.reasoning`,
-so a reasoning-parser server makes it replay empty assistant turns (pitfalls.md).
+so a reasoning-parser server makes it replay empty assistant turns (docs/pitfalls.md).
 """
 
 from __future__ import annotations

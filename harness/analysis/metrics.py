@@ -2,7 +2,7 @@
 
 Inputs are data, not servers: the `/metrics` samples of one point (`harness.client.scrape.Sample`,
 from memory or `samples.csv`), EvalScope's normalised summary, its percentile rows and the
-per-request timings from its sqlite.  Rules (see reference/vllm.md §3 and pitfalls.md):
+per-request timings from its sqlite.  Rules (see docs/vllm.md §3 and docs/pitfalls.md):
 
 - gauges: per scrape, summed over series (i.e. over `engine`) — except `kv_cache_usage_perc`,
   which takes the max over engines; then mean/max over the scrapes of the point window;

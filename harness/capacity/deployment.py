@@ -12,9 +12,9 @@ from harness.capacity.model import KvDtype, ModelSpec, load_model
 from harness.errors import ConfigError
 
 GIB = 2**30
-# GPU presets: decimal GB per GPU, as the calculator's preset buttons (recipe.md 7.1).
+# GPU presets: decimal GB per GPU, as the calculator's preset buttons (docs/recipe.md §7.1).
 GPU_PRESETS_GB: dict[str, float] = {"h200": 141.0, "b200": 180.0, "b300": 288.0}
-# vLLM's HiSparse hot buffer indexes slots with int16 (vllm.md 1.4).
+# vLLM's HiSparse hot buffer indexes slots with int16 (docs/vllm.md §1.4).
 MAX_HOT_ROWS = 32768
 DEFAULT_INDEXER_OFFLOAD_GIB = 128.0
 DEFAULT_SYSTEM_RAM_GIB = 4096.0
@@ -30,7 +30,8 @@ def js_to_fixed(value: float, digits: int) -> float:
 
 
 def mtp_hot_rows(spec_tokens: int, index_topk: int) -> int:
-    """Hot-buffer rows vLLM sizes for MTP: (num_speculative_tokens + 2) x top-K (vllm.md 1.4)."""
+    """Hot-buffer rows vLLM sizes for MTP: (num_speculative_tokens + 2) x top-K
+    (docs/vllm.md §1.4)."""
     return (spec_tokens + 2) * index_topk
 
 

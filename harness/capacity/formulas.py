@@ -1,4 +1,4 @@
-"""The blog's HiSparse concurrency calculator, as pure functions (recipe.md section 7).
+"""The blog's HiSparse concurrency calculator, as pure functions (docs/recipe.md §7).
 
 Exactness matters more than elegance here: every floor, ceil and rounding step mirrors the
 calculator (`hisparse_concurrency_calculator.html` @ 21fd986c) so that `repro capacity` shows the
@@ -201,7 +201,8 @@ def evaluate_variant(
 def _composition(
     dep: Deployment, lim: Limits, effective_host: float, effective_indexer: float, concurrency: int
 ) -> dict[str, Any]:
-    """Memory per DP group at `concurrency` requests, as the calculator's bars (recipe.md 7.5)."""
+    """Memory per DP group at `concurrency` requests, as the calculator's bars
+    (docs/recipe.md §7.5)."""
     tp = dep.tp
     page = dep.hisparse_block_bytes
     gpu_total = dep.gpu_bytes * tp
@@ -352,7 +353,8 @@ def _limits_json(lim: Limits) -> dict[str, Any]:
 
 
 def vllm_min_host_pool_gib(dep: Deployment, seq_len: int) -> float:
-    """vLLM refuses to start below cdiv(max_model_len, block) + 2 host blocks (vllm.md 1.4)."""
+    """vLLM refuses to start below cdiv(max_model_len, block) + 2 host blocks
+    (docs/vllm.md §1.4)."""
     return (math.ceil(seq_len / dep.host_block_tokens) + 2) * dep.host_block_bytes / GIB
 
 

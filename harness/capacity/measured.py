@@ -277,7 +277,7 @@ def _gpu_from_host(host: dict[str, Any]) -> str | None:
 
 
 def _dataset_json_contexts(path: Path, points: list[PointRecord]) -> dict[str, list[list[float]]]:
-    """Per point: prompt_tokens per turn of each conversation it replayed (recipe.md 6.7)."""
+    """Per point: prompt_tokens per turn of each conversation it replayed (docs/recipe.md §6.7)."""
     data = json.loads(path.read_text(encoding="utf-8"))
     conversations = data.get("conversations") if isinstance(data, dict) else None
     if not conversations:

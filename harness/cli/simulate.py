@@ -129,7 +129,7 @@ def simulate(
     "--start",
     "start",
     dir_okay=False,
-    help="Start the fit from this calibration's values [default: sim.md's values, after a scan of prefill_eff].",
+    help="Start the fit from this calibration's values [default: docs/simulator.md's values, after a scan of prefill_eff].",
 )
 def calibrate(out: Path, max_evals: int, model: str, gpu: str, start: Path | None) -> None:
     """Fit six bounded parameters to the blog's two MTP3 series; predict all four arms."""

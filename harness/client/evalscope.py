@@ -2,8 +2,8 @@
 
 The argv is the blog's single command restricted to one (parallel, number) pair, with the
 dataset offset that command would have used for that point (EvalScope advances
-`--dataset-offset` by `number` after each point, evalscope.md §4.2), `--no-test-connection`
-(the harness sends its own warm-up outside the scrape window, pitfalls.md), a fresh
+`--dataset-offset` by `number` after each point, docs/evalscope.md §4.2), `--no-test-connection`
+(the harness sends its own warm-up outside the scrape window, docs/pitfalls.md), a fresh
 `--outputs-dir` and `--no-timestamp`.  The child runs in its own process group so that a
 timeout or Ctrl-C kills it and anything it spawned.
 """

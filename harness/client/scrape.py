@@ -1,8 +1,8 @@
 """Background poller of a vLLM server's Prometheus `/metrics` endpoint.
 
 Parsing is prometheus_client's (`text_string_to_metric_families`), never by hand.  Every sample
-keeps its *sample* name (counters keep `_total`, see pitfalls.md), its labels, the epoch time and
-the monotonic time of the scrape — the monotonic clock is what EvalScope's sqlite uses
+keeps its *sample* name (counters keep `_total`, see docs/pitfalls.md), its labels, the epoch
+time and the monotonic time of the scrape — the monotonic clock is what EvalScope's sqlite uses
 (`time.perf_counter()` is CLOCK_MONOTONIC on Linux), so requests and samples join exactly.
 
 A scrape that fails, returns non-200 or exceeds its timeout is recorded as a gap; it never raises

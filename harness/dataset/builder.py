@@ -1,4 +1,4 @@
-"""The padded multi-turn OpenHands builder (recipe.md §6), exact to the token.
+"""The padded multi-turn OpenHands builder (docs/recipe.md §6), exact to the token.
 
 Semantics follow the original `build_openhands_padded_dataset.py`: user messages of the first
 `number` usable trajectory rows; turn 1 = [system: pad, user: first message truncated to at most

@@ -1,5 +1,5 @@
 """The builder's pre-write check: every turn re-tokenized against its target, drifting seams
-repaired by re-vending their pad (recipe.md §6.6 "Exactness")."""
+repaired by re-vending their pad (docs/recipe.md §6.6 "Exactness")."""
 
 from __future__ import annotations
 

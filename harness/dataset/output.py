@@ -1,5 +1,5 @@
 """The builder's output: templated prompt lengths, the swe_smith JSON in the original's shape
-(recipe.md §6.7), and the per-turn records of the sidecar manifest."""
+(docs/recipe.md §6.7), and the per-turn records of the sidecar manifest."""
 
 from __future__ import annotations
 

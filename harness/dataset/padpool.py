@@ -19,7 +19,7 @@ import numpy as np
 
 from harness.dataset.tok import TokenizerHandle
 
-# R1 markup replaced by a space before encoding (recipe.md §6.4 step 1).
+# R1 markup replaced by a space before encoding (docs/recipe.md §6.4 step 1).
 _THINK = re.compile(r"<\s*/?\s*think\s*>", re.IGNORECASE)
 _CONTROL = re.compile(r"<\|[^|\n]{0,64}\|>|<｜[^｜\n]{0,64}｜>")
 # Everything that decides which ids a document contributes (part of the pool cache key).

@@ -1,7 +1,7 @@
 """Dataset recipes: the builder's parameters, validated strictly (unknown keys are errors).
 
-Field names follow the original `build_openhands_padded_dataset.py` options (recipe.md §6.1), with
-`tokenizer` for `--model`, `trajectories` for `--dataset-name` and `pad_text` for
+Field names follow the original `build_openhands_padded_dataset.py` options
+(docs/recipe.md §6.1), with `tokenizer` for `--model`, `trajectories` for `--dataset-name` and `pad_text` for
 `--pad-dataset-name`. Defaults are the original's defaults.
 
 The schema is also the CLI: `repro dataset build` has one option per field (`--<field-name>`,
@@ -27,7 +27,7 @@ SYNTHETIC = "synthetic"
 
 def _field(default: Any, help: str, *aliases: str, metavar: str | None = None, **kw: Any) -> Any:
     """A recipe field with its `repro dataset build` option: --<field-name>, plus `aliases`
-    (the original builder's option names, recipe.md §6.1) as a second option for the field."""
+    (the original builder's option names, docs/recipe.md §6.1) as a second option for the field."""
     extra: dict[str, Any] = {"cli_aliases": list(aliases)}
     if metavar:
         extra["metavar"] = metavar

@@ -1,4 +1,4 @@
-"""EvalScope's `--dataset-offset` rotation (evalscope.md §4.2), reproduced exactly.
+"""EvalScope's `--dataset-offset` rotation (docs/evalscope.md §4.2), reproduced exactly.
 
 The pinned loader rotates the conversation list to `conv[offset:] + conv[:offset]` when
 `offset > 0` (no modulo: an offset >= len leaves the order unchanged), preloads at most `number`

@@ -245,8 +245,8 @@ def flatten_content(content: Any) -> str:
 
 
 def user_messages(row: dict[str, Any]) -> list[str]:
-    """The user messages of one trajectory row, normalised as the original does (recipe.md §6.3):
-    empty content/role dropped, tool -> user, other roles dropped, only user texts kept."""
+    """The user messages of one trajectory row, normalised as the original does
+    (docs/recipe.md §6.3): empty content/role dropped, tool -> user, other roles dropped, only user texts kept."""
     trajectory = row.get("trajectory")
     if isinstance(trajectory, str):
         try:

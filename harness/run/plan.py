@@ -1,7 +1,7 @@
 """Which points a sweep runs, in which order, with which conversations.
 
 The offsets are those of the blog's single `evalscope perf --number 4 16 32 48 64` command
-(chained by `number`, evalscope.md §4.2), so one process per point replays exactly the
+(chained by `number`, docs/evalscope.md §4.2), so one process per point replays exactly the
 conversations the single command would have replayed.
 """
 

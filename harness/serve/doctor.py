@@ -37,7 +37,7 @@ GIB = float(1 << 30)
 HISPARSE_RAM_FRACTION = 0.95  # vLLM refuses a HiSparse pool above 95 % of available RAM
 MIN_COMPUTE_CAPABILITY = 9.0  # HiSparse kernels: SM >= 9.0 (Hopper)
 HUB_TIMEOUT_S = 5.0
-# Weights on disk (reference/vllm.md §6.2: 19.556 GiB shared + 684.167 GiB routed experts).
+# Weights on disk (docs/vllm.md §6.2: 19.556 GiB shared + 684.167 GiB routed experts).
 KNOWN_MODEL_GIB = {"zai-org/GLM-5.3": 704.0}
 CUDA_BUILD_GIB = 15.0  # a CUDA vLLM venv with torch
 

@@ -1,4 +1,4 @@
-"""EvalScope's multi-turn replay, offline (evalscope.md sections 3-4).
+"""EvalScope's multi-turn replay, offline (docs/evalscope.md sections 3-4).
 
 `parallel` workers each own one conversation at a time and claim the next in dataset order
 after the offset rotation; each turn re-sends the whole history (previous prompt + reply + the
@@ -45,7 +45,7 @@ def shaped_workload(
 
 
 def prompt_tokens(user_turns: tuple[int, ...], turn: int, reply: int) -> int:
-    """P_t = sum of the user turns so far + (t - 1) replies (recipe.md 6.8)."""
+    """P_t = sum of the user turns so far + (t - 1) replies (docs/recipe.md §6.8)."""
     return sum(user_turns[:turn]) + (turn - 1) * reply
 
 

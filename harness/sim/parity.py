@@ -16,7 +16,7 @@ The cost model (`CpuCost`) has four physically meaningful parameters, all from t
 * `overhead_s`: time a request spends in flight at the client but outside the engine's queues
   (HTTP, chat template, tokenising, detokenising, EvalScope's turn hand-off): the client's mean
   latency minus the server's queue + inference time. This is why the gauge reads below the
-  client's in-flight count without pressure (pitfalls.md).
+  client's in-flight count without pressure (docs/pitfalls.md).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from harness.sim.scheduler import Scheduler
 # turns async scheduling off, so one schedule() per executed step, as the simulator does).
 CPU_MAX_NUM_BATCHED_TOKENS = 2048
 CPU_MAX_NUM_SEQS = 128
-CPU_BLOCK_TOKENS = 128  # the CPU attention backend's KV block size (vllm-cpu.md 4)
+CPU_BLOCK_TOKENS = 128  # the CPU attention backend's KV block size (docs/vllm-cpu.md §4)
 GIB = 2**30
 
 # Serve keys of a CPU profile: modelled, or without effect on scheduling.
@@ -120,7 +120,7 @@ def cpu_serve(profile: dict[str, Any]) -> CpuServe:
             )
         blocks = int(float(space)) * GIB // (kv_bytes_per_token * CPU_BLOCK_TOKENS)
     if (blocks - 1) * CPU_BLOCK_TOKENS < max_len:
-        # vLLM refuses to start then (pitfalls.md): a run with it cannot exist.
+        # vLLM refuses to start then (docs/pitfalls.md): a run with it cannot exist.
         raise ConfigError(
             f"{where}: serve.num-gpu-blocks-override: {blocks} blocks x {CPU_BLOCK_TOKENS} "
             f"cannot hold max-model-len {max_len}"
@@ -143,7 +143,7 @@ def tiny_kv_bytes_per_token(model: str) -> int:
     """K and V of every layer in bf16 for a dense tiny model (`tiny:NAME`, harness.serve.tiny).
 
     MLA models are refused: on CPU they run without prefix caching or chunked prefill and with
-    16-token blocks (vllm-cpu.md 7.6), which this parity model does not cover.
+    16-token blocks (docs/vllm-cpu.md §7.6), which this parity model does not cover.
     """
     name = model.removeprefix("tiny:")
     if not model.startswith("tiny:"):
@@ -285,8 +285,8 @@ def _deltas(run: Run, point: PointRecord) -> PointDeltas:
         inference_s=delta(mn.hist_sum(mn.REQUEST_INFERENCE_TIME_SECONDS)),
         client_latency_s=client.mean_latency_s,
         # The batch size for the fit: the client's time-weighted in-flight mean (exact request
-        # times), not the gauge: a short unpressured point has only a few 1 s scrapes (pitfalls.md;
-        # a 3 s c4 point read 1.0). The gauge's mean is the fallback without client timings.
+        # times), not the gauge: a short unpressured point has only a few 1 s scrapes
+        # (docs/pitfalls.md; a 3 s c4 point read 1.0). The gauge's mean is the fallback without client timings.
         occupancy=point.metrics.get("client_in_flight_mean") or point.metrics.get("occupancy"),
     )
 
@@ -382,7 +382,7 @@ class StatsScheduler(Scheduler):
     `update_from_output()` (scheduler.py), after the step's finished requests left and before
     the next `schedule()` admits anyone, and the gauges hold that snapshot until the next step
     ends. A request admitted into a step is counted running only once that step is done
-    (pitfalls.md: on slow prefill the gauge lags the requests in flight)."""
+    (docs/pitfalls.md: on slow prefill the gauge lags the requests in flight)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

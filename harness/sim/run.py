@@ -58,7 +58,8 @@ class SimPoint:
 
 
 def load_workload(spec: str | None) -> Workload:
-    """No spec: the blog shape (recipe.md 6.8). A recipe name/YAML or a built JSON's metadata."""
+    """No spec: the blog shape (docs/recipe.md §6.8). A recipe name/YAML or a built JSON's
+    metadata."""
     if spec is None:
         return shaped_workload(**_shape(BLOG_SHAPE, "blog-shaped"), source="blog-shaped")
     path = Path(spec).expanduser()

@@ -1,4 +1,4 @@
-"""HiSparse / offloading metrics as real vLLM exposes them (reference/vllm.md §3.3)."""
+"""HiSparse / offloading metrics as real vLLM exposes them (docs/vllm.md §3.3)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The calculator's arithmetic, checked against numbers worked out by hand from the constants.
 
-Constants (recipe.md 7.2): shared 19.556 GiB, routed 684.167 GiB, utilisation 0.92, reserve
+Constants (docs/recipe.md §7.2): shared 19.556 GiB, routed 684.167 GiB, utilisation 0.92, reserve
 15 GiB; fp8 blocks 3,052,800 / 184,320 / 2,875,392 B; bf16 5,928,192 / 294,912 / 5,750,784 B;
 64-token blocks, 20 groups, 2 retained pages per group, 0 other blocks, max seqs 1,024.
 """
@@ -42,7 +42,8 @@ def test_h200_tp8_fp8_weights_kv_and_pools() -> None:
     assert lim.hisparse_gpu_per_request == 3539
 
 
-# vllm.md 6.2's worked table: (context, baseline, HiSparse buf 4096, MTP3 buf 10240, host GiB/req)
+# docs/vllm.md §6.2's worked table:
+# (context, baseline, HiSparse buf 4096, MTP3 buf 10240, host GiB/req)
 WORKED_TABLE = [
     # 74,160: ceil = 1159; 6260 // 1159 = 5; 103692 // (1159+1280+40=2479) = 41;
     #         103692 // (1159+3200+40=4399) = 23; 1159 x 2,875,392 / 2^30 = 3.10
@@ -281,13 +282,14 @@ def test_seq_range() -> None:
 
 
 def test_blog_host_pool_384_gib() -> None:
-    # vllm.md 6.2: 384 GiB holds floor(384 x 2^30 / 2,875,392) = 143,395 host blocks, about 64
-    # requests at 142k (143,395 // 2219 = 64): far above the GPU-side 29, so not limiting
+    # docs/vllm.md §6.2: 384 GiB holds floor(384 x 2^30 / 2,875,392) = 143,395 host blocks,
+    # about 64 requests at 142k (143,395 // 2219 = 64): far above the GPU-side 29, so not limiting
     result = evaluate(make_deployment(host_pool_gib=384), 142000)
     assert result.default.limits.host_pool == 143395
     assert result.default.limits.host_limit == 64
     assert result.default.hisparse_requests == 29 and result.default.limiter == "HiSparse GPU pool"
-    # vLLM refuses a pool below cdiv(142000, 64) + 2 = 2221 host blocks = 5.95 GiB (vllm.md 1.4)
+    # vLLM refuses a pool below cdiv(142000, 64) + 2 = 2221 host blocks = 5.95 GiB
+    # (docs/vllm.md §1.4)
     small = evaluate(make_deployment(host_pool_gib=5), 142000)
     assert any("vLLM refuses to start" in note for note in small.notes)
     assert round(small.to_json()["vllm_min_host_pool_gib"], 2) == 5.95

@@ -16,7 +16,7 @@ from harness.cli import cli
 from harness.results import PointRecord, RunLayout, RunManifest, atomic_write_json, point_id
 from harness.serve.profiles import load_profile
 
-F, S, MAX_TOKENS, TURNS = 74160, 753, 220, 13  # the blog's recipe (recipe.md 6.6, 6.8)
+F, S, MAX_TOKENS, TURNS = 74160, 753, 220, 13  # the blog's recipe (docs/recipe.md §6.6, 6.8)
 
 
 def _prompt_tokens(conversation: int, turn: int) -> int:

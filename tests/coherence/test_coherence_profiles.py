@@ -20,7 +20,7 @@ from harness.errors import ConfigError
 from harness.serve.profiles import load_profile
 from harness.serve.server import free_port
 
-# The blog's arms imply: MTP3 <-> no-MTP, HiSparse <-> offloading (reference/vllm.md §1.5).
+# The blog's arms imply: MTP3 <-> no-MTP, HiSparse <-> offloading (docs/vllm.md §1.5).
 BLOG_REFERENCES = {
     "hisparse384": "offload512",
     "hisparse384-nomtp": "offload512-nomtp",

@@ -89,7 +89,7 @@ def _evalscope_replays(tmp_path: Path, monkeypatch, count: int, offset: int, num
     ("count", "offset", "numbers"),
     [
         (128, 52, BLOG_NUMBERS),  # the blog sweep: c32 at offset 152 >= 128, no rotation
-        (5, 3, [2, 2]),  # evalscope.md's observed example: 3, 4 then 0, 1
+        (5, 3, [2, 2]),  # docs/evalscope.md's observed example: 3, 4 then 0, 1
         (10, 0, [4, 8, 8]),  # offset 12 >= 10: back to conversation 0
         (5, 3, [2, 7]),  # number > conversations: the strategy cycles 0-4, 0, 1
         (164, 52, BLOG_NUMBERS),  # the fresh size

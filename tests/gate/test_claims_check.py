@@ -30,7 +30,7 @@ def _blog_runs(tmp_path: Path, *, hisparse_c32: float, offload_c32: float) -> li
     rng = np.random.default_rng(0)
     hisparse = write_run(tmp_path, "hs", rng, profile="hisparse384")
     offload = write_run(tmp_path, "off", rng, profile="offload512")
-    # The published MTP3 values (recipe.md §5) for what the claims read.
+    # The published MTP3 values (docs/recipe.md §5) for what the claims read.
     for run, occ, tput in (
         (hisparse, {"c24": 18.1, "c32": hisparse_c32}, {"c1": 4892, "c32": 11682}),
         (offload, {"c24": 4.9, "c32": offload_c32}, {"c1": 4809, "c32": 995}),

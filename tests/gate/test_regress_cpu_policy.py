@@ -3,7 +3,7 @@
 MEASURED holds the metrics of four identical `repro sweep --profile cpu-tiny` runs (2026-11-29,
 shared 2-core machine, load average 18-25; numbers also in launch/policies/cpu.yaml). Every
 ordered pair (12) and every leave-one-out history baseline (4) must not be a regression. The
-KV-pressure degradation (values as measured in shared/reference/pitfalls.md for
+KV-pressure degradation (values as measured in docs/pitfalls.md for
 --num-gpu-blocks-override 16 --max-model-len 1920: occupancy ~2.1 at c4 and ~1.3 at c8, 2-7
 preemptions, up to 7 waiting, throughput no longer scaling) must be a regression against every
 one of them, naming occupancy and preemptions.
@@ -28,7 +28,7 @@ MEASURED = {
     "u2": {1: (1.00, 437, 36.9, 0), 4: (3.64, 972, 22.3, 0), 8: (6.77, 2273, 25.9, 0)},
     "u3": {1: (1.00, 753, 65.1, 0), 4: (4.00, 2243, 54.7, 0), 8: (6.21, 1759, 23.0, 0)},
 }
-# KV pressure as pitfalls.md saw it (with preemptions) and as the e2e nightly measured it
+# KV pressure as docs/pitfalls.md saw it (with preemptions) and as the e2e nightly measured it
 # (occupancy 1.48/1.46 at c4/c8, waiting 3/7, no preemptions, timing metrics better).
 DEGRADED = {1: (1.00, 480, 50.0, 0, 0), 4: (2.1, 700, 30.0, 3, 3), 8: (1.3, 650, 25.0, 7, 7)}
 MEASURED_DEGRADED = {

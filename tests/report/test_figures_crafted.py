@@ -60,7 +60,7 @@ def test_frontier_matches_published_membership() -> None:
             [(p.values["interactivity"], p.values["throughput_per_gpu"]) for p in s.points]
         )
 
-    # recipe.md §5: HiSparse c24 dominated by c32; offloading only c1 and c8 on the frontier.
+    # docs/recipe.md §5: HiSparse c24 dominated by c32; offloading only c1 and c8 on the frontier.
     assert mask(hisparse) == [True, True, True, False, True]
     assert mask(offloading) == [True, True, False, False, False]
 

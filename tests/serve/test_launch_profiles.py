@@ -15,7 +15,7 @@ from harness.cli import cli
 from harness.errors import ConfigError
 from harness.serve.profiles import list_profiles, load_profile, render_serve_command
 
-# The blog appendix's server commands (reference/recipe.md §2: shared flags + per-arm flags).
+# The blog appendix's server commands (docs/recipe.md §2: shared flags + per-arm flags).
 BLOG_SHARED = (
     "vllm serve zai-org/GLM-5.3 --served-model-name glm-agentx --port 8000 "
     "--tensor-parallel-size 8 --kv-cache-dtype fp8 --max-model-len 142000 "

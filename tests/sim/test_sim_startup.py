@@ -28,7 +28,7 @@ def _refusal(profile: str, overrides: list[str] | None = None) -> str:
 
 def test_offloading_at_1m_is_refused_with_vllms_message_and_numbers():
     reason = _refusal("offload512-1m")
-    # By hand (reference/vllm.md 6.2): a 1,048,576-token request fully resident is
+    # By hand (docs/vllm.md §6.2): a 1,048,576-token request fully resident is
     # 1,048,576 / 64 = 16,384 blocks x 3,052,800 B = 50,017,075,200 B = 46.58 GiB. The pool is
     # 17.8 GiB per GPU; vLLM holds back the null block: 17.8 GiB - 3,052,800 B = 17.797 GiB,
     # shown "17.8". floor(17.8 GiB / 3,052,800 B) = 6,260 blocks, 6,259 usable -> 400,576 tokens.

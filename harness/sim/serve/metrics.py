@@ -1,4 +1,4 @@
-"""/metrics of the simulated server: vLLM's names (reference/vllm.md section 3) through
+"""/metrics of the simulated server: vLLM's names (docs/vllm.md §3) through
 prometheus_client, from its own CollectorRegistry, labelled engine="0" and model_name.
 
 Gauges and counters are read from the engine at scrape time under the engine lock (so a scrape
