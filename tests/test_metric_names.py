@@ -43,7 +43,11 @@ def test_the_check_sees_literals_in_code_docstrings_and_fstrings(tmp_path):
         'Y = f"{X} and vllm:num_preemptions_total"\n'
     )
     hits = [METRIC.search(text).group(0) for _, text in _literals(sample) if METRIC.search(text)]
-    assert hits == ["vllm:num_requests_running", "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total"]
+    assert hits == [
+        "vllm:num_requests_running",
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_preemptions_total",
+    ]
 
 
 def test_table_names_are_unique_vllm_families():

@@ -24,21 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness import metric_names as mn
-from harness.client.scrape import Sample
+from harness.measurement import RequestTiming, Sample
 from harness.results import METRICS, ClientSummary
 
 GIB = float(1 << 30)
-
-
-@dataclass(frozen=True)
-class RequestTiming:
-    """One EvalScope request (one turn), times on the monotonic clock (perf_counter)."""
-
-    start: float
-    end: float | None
-    success: bool
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
 
 
 @dataclass

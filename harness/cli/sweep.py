@@ -12,12 +12,13 @@ import click
 from harness import engines
 from harness.cli.cluster import executor_options, options_from
 from harness.cli.options import FINITE, flag, overrides_option, path_option, text_option
+from harness.cluster.listing import list_runs
 from harness.cluster.records import settle_job_run
 from harness.cluster.submit import sweep_as_job
 from harness.errors import ReproError
 from harness.report.dashboard import write_report
 from harness.report.images import write_run_figures
-from harness.run.console import list_runs, show_run
+from harness.run.console import show_run
 from harness.run.sweep import SweepRequest, run_sweep
 
 

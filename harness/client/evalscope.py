@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.metrics import RequestTiming
 from harness.dataset.thinktime import ThinkTime
 from harness.errors import RunError
+from harness.measurement import RequestTiming
 from harness.results import ClientSummary
 from harness.serve.lifeline import guard_group
 

@@ -24,19 +24,11 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness import metric_names as mn
+from harness.measurement import Sample
 from harness.results import atomic_write_text
 
 SAMPLE_COLUMNS = ("timestamp", "monotonic", "name", "labels", "value")
 KEEP_PREFIX = "vllm:"
-
-
-@dataclass(frozen=True)
-class Sample:
-    timestamp: float  # epoch s (time.time()) when the scrape's response arrived
-    monotonic: float  # time.monotonic() at the same instant
-    name: str  # sample name as exposed, e.g. mn.total(mn.NUM_PREEMPTIONS)
-    labels: dict[str, str]
-    value: float
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """What a sweep prints: the plan, live progress, one line per point, the summary table, and
-`repro runs list|show`."""
+`repro runs show` (`repro runs list` joins runs with scheduler jobs: `harness.cluster.listing`)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.client.evalscope import ClientArgs
-from harness.cluster.runs import job_cell, job_records, list_status
+from harness.client.plan import PlannedPoint
 from harness.coherence import coherence_line
-from harness.errors import ReproError, RunError
-from harness.names import for_terminal
+from harness.errors import RunError
 from harness.paths import results_dir
-from harness.records import run_damage
 from harness.results import PointRecord, load_run, read_manifest
 from harness.run.inputs import DatasetFacts
-from harness.run.owner import owner_state
-from harness.run.plan import PlannedPoint
 from harness.serve.profiles import Profile
 from harness.text import fmt_number, int_ranges
 
@@ -141,38 +137,6 @@ def summary_table(points: list[PointRecord]) -> str:
         ]
         lines.append("".join(c.ljust(w) for c, (_, w) in zip(cells, cols, strict=True)))
     return "\n".join(lines)
-
-
-def list_runs(out: Path | None = None) -> list[str]:
-    """Local runs and Slurm jobs' runs (ended jobs are collected into their runs first); a job
-    that has no run directory yet (queued, or ended before it started) is listed too."""
-    root = Path(out or results_dir())
-    if out is not None and not root.is_dir():  # a typo must not read as "no runs"
-        raise RunError(f"--out {root}: {'not a folder' if root.exists() else 'no such folder'}")
-    jobs = job_records(root)
-    lines = [f"{'run':40} {'status':9} {'profile':20} {'valid/done/planned':19} workload"]
-    for manifest_path in sorted(root.glob("*/manifest.json")):
-        try:
-            run = load_run(manifest_path.parent)
-        except ReproError as exc:
-            lines.append(f"{manifest_path.parent.name:40} unreadable: {exc}")
-            continue
-        m = run.manifest
-        status = m.status
-        if status == "running" and owner_state(m.owner) == "dead":
-            status = "stale"  # its harness died without writing a final status
-        status = "damaged" if run_damage(run) else status  # harness.records: promise not kept
-        counts = f"{len(run.valid_points())}/{len(run.points)}/{len(m.planned_points)}"
-        job = jobs.pop(m.run_id, None)
-        status = list_status(job, status) if job else status
-        tail = f"  {job_cell(job)}" if job else ""
-        lines.append(
-            f"{m.run_id:40} {status:9} {m.profile_name:20} {counts:19} {m.workload_key}{tail}"
-        )
-    for run_id, job in sorted(jobs.items()):  # jobs whose run has not written a manifest
-        status = list_status(job, None)
-        lines.append(f"{run_id:40} {status:9} {job.profile:20} {'-':19} -  {job_cell(job)}")
-    return [for_terminal(line) for line in lines]  # run ids and folder names are read from disk
 
 
 def show_run(run: Path) -> str:

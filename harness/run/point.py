@@ -29,12 +29,12 @@ from harness.client.evalscope import (
     read_summary,
     run_child,
 )
+from harness.client.plan import PlannedPoint
 from harness.client.scrape import Sample, Scraper, write_samples_csv
 from harness.engines import Server
 from harness.errors import ReproError
 from harness.results import ClientSummary, PointRecord, RunLayout, atomic_write_json
 from harness.run.console import Progress
-from harness.run.plan import PlannedPoint
 from harness.serve.profiles import SweepSpec
 
 

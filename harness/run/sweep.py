@@ -30,6 +30,7 @@ from harness.client.evalscope import (
     client_version,
     evalscope_executable,
 )
+from harness.client.plan import PlannedPoint, plan_points
 from harness.coherence import check_for_sweep, point_invalid_reason
 from harness.coherence.references import coherence_preflight
 from harness.engines import Server, StartContext
@@ -52,7 +53,6 @@ from harness.run.inputs import (
     subsequent_turn_length,
 )
 from harness.run.owner import stop_orphaned_group, this_owner
-from harness.run.plan import PlannedPoint, plan_points
 from harness.run.point import alive, run_point
 from harness.run.request import SweepRequest, Target, finished_points, resolve
 from harness.serve.doctor import require_ready

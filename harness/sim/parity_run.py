@@ -16,6 +16,7 @@ from typing import Any
 
 from harness import metric_names as mn
 from harness.analysis.metrics import gauge_per_scrape
+from harness.client.plan import plan_points
 from harness.client.scrape import read_samples_csv
 from harness.errors import RunError
 from harness.results import (
@@ -25,7 +26,6 @@ from harness.results import (
     RunManifest,
     load_run,
 )
-from harness.run.plan import plan_points
 from harness.sim.client import PointClient, Workload
 from harness.sim.parity import CpuCost, CpuSetup, cpu_serve, fit_cpu_cost, run_workload
 from harness.sim.run import _record, simulated_manifest, write_simulated_run

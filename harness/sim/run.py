@@ -1,6 +1,6 @@
 """`repro simulate`: a run directory in the same schema as a real sweep, from the simulator.
 
-Points are planned by `harness.run.sweep.plan_points` (the blog's offsets and rotation), derived by
+Points are planned by `harness.client.plan.plan_points` (the blog's offsets and rotation), derived by
 `harness.analysis.metrics.derive_point_metrics` from the simulated samples.csv and client records, and
 written with `harness.results`' records. Times are virtual seconds from the engine's start.
 """
@@ -16,6 +16,7 @@ from typing import Any
 
 from harness import __version__
 from harness.analysis.metrics import RequestTiming, derive_point_metrics
+from harness.client.plan import plan_points
 from harness.client.scrape import write_samples_csv
 from harness.config import read_json, read_yaml, require_mapping
 from harness.dataset.thinktime import PauseTable
@@ -31,7 +32,6 @@ from harness.results import (
     atomic_write_json,
     write_summary,
 )
-from harness.run.plan import plan_points
 from harness.sim.client import PointClient, Turn, Workload, shaped_workload
 from harness.sim.config import (
     SimSetup,

@@ -10,9 +10,9 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from harness.cli import cli
+from harness.cluster.listing import list_runs
 from harness.cluster.records import read_record, record_path
 from harness.cluster.slurm import job_state
-from harness.run.console import list_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,9 +22,9 @@ from support.fake_openai import SETS
 
 from harness.cli import cli
 from harness.client.evalscope import parse_summary
+from harness.cluster.listing import list_runs
 from harness.errors import ConfigError, DatasetError, RunError, ServerError
 from harness.results import atomic_write_json, read_manifest
-from harness.run.console import list_runs
 from harness.run.sweep import SweepRequest, run_sweep
 from harness.serve.server import free_port
 

@@ -9,9 +9,9 @@ from click.testing import CliRunner
 
 from harness.analysis.stats import median_ci, median_ci_coverage
 from harness.cli import cli
+from harness.client.plan import plan_points
 from harness.errors import ConfigError
 from harness.identity import configuration_key as workload_key
-from harness.run.plan import plan_points
 
 BLOG = [(1, 4), (8, 16), (16, 32), (24, 48), (32, 64)]
 
