@@ -26,20 +26,20 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from harness import metric_names as mn
 from harness.config import read_json, validate
+from harness.engine_spec import EngineSpec, legacy_engine_spec
 from harness.errors import ReproError, RunError
 
-RUN_SCHEMA = "repro.run/1"
-POINT_SCHEMA = "repro.point/1"
-SUMMARY_SCHEMA = "repro.summary/1"
+RUN_SCHEMA: Final = "repro.run/1"
+POINT_SCHEMA: Final = "repro.point/1"
+SUMMARY_SCHEMA: Final = "repro.summary/1"
 
 
 # --------------------------------------------------------------------------- metric catalogue
@@ -336,52 +336,8 @@ class JobFacts(_Record):
     previous_job_ids: list[str] = Field(default_factory=list)  # earlier jobs of this run
 
 
-class EngineSpec(_Record):
-    """Which engine ran a run and with what: `kind` is its name in `harness.engines`, `args` its
-    typed arguments (validated there; what `--resume` relaunches with), `simulated` whether the
-    times and tokens came from the simulator rather than a real server."""
-
-    kind: str
-    simulated: bool = False
-    args: dict[str, Any] = Field(default_factory=dict)
-
-
-def _legacy_simulated(data: dict[str, Any]) -> dict[str, Any]:
-    """A served simulation (`repro sweep --engine sim`) is the one that recorded a time scale;
-    its extra `repro sim serve` arguments are in its launch provenance, its `--set sim.*` in
-    the overrides. Without a time scale: `repro simulate` (the simulator in process)."""
-    if data.get("time_scale") is None:
-        return {"kind": "sim", "simulated": True}
-    launch = data.get("launch") or {}
-    args = {
-        "time_scale": data["time_scale"],
-        "sim_args": list(launch.get("sim_args") or []),
-        "overrides": [o for o in data.get("overrides") or [] if o.startswith("sim.")],
-    }
-    return {"kind": "sim-http", "simulated": True, "args": args}
-
-
-# Manifests written before `engine_spec` existed named the engine in `engine` only: the record
-# names the harness wrote then, and the EngineSpec each stands for (a frozen table: engines
-# added since write `engine_spec` themselves).
-_LEGACY_ENGINES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    "vllm": lambda data: {"kind": "vllm"},
-    "url": lambda data: {"kind": "url", "args": {"url": data.get("base_url")}},
-    "sim": _legacy_simulated,
-}
-
-
 class RunManifest(_Record):
     """Everything needed to know what a run was, and to redo it."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _fill_engine_spec(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("engine_spec") is None:
-            legacy = _LEGACY_ENGINES.get(str(data.get("engine")))
-            if legacy is not None:
-                data = {**data, "engine_spec": legacy(data)}
-        return data
 
     schema_version: Literal["repro.run/1"] = RUN_SCHEMA
     run_id: str
@@ -390,7 +346,7 @@ class RunManifest(_Record):
     finished_at: float | None = None
     harness_version: str
     engine: str  # the engine's record name (vllm | url | sim | a plug-in's); see engine_spec
-    engine_spec: EngineSpec | None = None  # filled from `engine` when reading an older manifest
+    engine_spec: EngineSpec | None = None  # None in manifests older than the field: engine_record()
     # engine sim over HTTP: virtual time ran K x faster than the wall clock; client-side times
     # in the points are already multiplied back by K (None: real time)
     time_scale: float | None = None
@@ -419,10 +375,16 @@ class RunManifest(_Record):
     owner: dict[str, Any] = Field(default_factory=dict)
     job: JobFacts | None = None  # set when the run was a scheduler job (harness.cluster)
 
+    def engine_record(self) -> EngineSpec | None:
+        """The engine and its arguments: as recorded, or derived from the fields an older
+        manifest has (None: an engine this harness never wrote without a spec)."""
+        return self.engine_spec or legacy_engine_spec(self.model_dump(mode="json"))
+
     @property
     def simulated(self) -> bool:
         """The run's times and tokens came from the simulator, not a real server."""
-        return bool(self.engine_spec and self.engine_spec.simulated)
+        record = self.engine_record()
+        return bool(record and record.simulated)
 
 
 class RunSummary(_Record):

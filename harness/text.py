@@ -50,7 +50,7 @@ def int_ranges(values: Iterable[int], *, sort: bool = True) -> str:
     for value in items:
         if start is None:
             start = prev = value
-        elif value == prev + 1:  # type: ignore[operator]
+        elif value == prev + 1:  # type: ignore[operator]  # prev is set together with start
             prev = value
         else:
             parts.append(f"{start}-{prev}" if start != prev else f"{start}")

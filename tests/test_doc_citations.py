@@ -28,6 +28,13 @@ SUFFIXES = {".py", ".yaml", ".yml", ".md", ".sh", ".toml"}
 
 
 def _files() -> list[str]:
+    if not (ROOT / ".git").exists():  # an exported tree (git archive): every file is the tree
+        skip = {".venv", "results", "dashboards", "__pycache__", ".pytest_cache"}
+        return [
+            p.relative_to(ROOT).as_posix()
+            for p in ROOT.rglob("*")
+            if p.suffix in SUFFIXES and p.is_file() and not skip & set(p.relative_to(ROOT).parts)
+        ]
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT,

@@ -17,8 +17,8 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from harness.engine_spec import EngineSpec
 from harness.errors import ConfigError, ServerError
-from harness.results import EngineSpec
 from harness.serve.profiles import Profile
 from harness.serve.server import port_is_free, require_gpus
 
@@ -28,8 +28,10 @@ Echo = Callable[[str], None]
 class Server(Protocol):
     """What the run layer needs from a server, whoever runs it."""
 
-    base_url: str
     command: list[str]
+
+    @property
+    def base_url(self) -> str: ...
 
     @property
     def served_model_name(self) -> str: ...

@@ -56,7 +56,7 @@ def resolve_options(cli_name: str, options: EngineOptions) -> tuple[Engine, Engi
 
 def for_manifest(manifest: RunManifest) -> tuple[Engine, EngineArgs]:
     """The engine of a recorded run and the arguments it ran with (older manifests included)."""
-    spec = manifest.engine_spec
+    spec = manifest.engine_record()
     if spec is None:
         raise ConfigError(f"run {manifest.run_id}: engine {manifest.engine!r} is not known")
     engine = get(spec.kind)

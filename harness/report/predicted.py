@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from harness.errors import RunError
 from harness.results import PointRecord, Run
@@ -34,6 +34,7 @@ def static_limit(sim: Run) -> tuple[int | None, str]:
     pool, bt = setup.get("pool_units"), setup.get("block_tokens")
     seq, seqs = setup.get("longest_request_tokens"), setup.get("max_num_seqs")
     if all(isinstance(x, int) and x > 0 for x in (pool, bt, seq, seqs)):
+        pool, bt, seq, seqs = cast(tuple[int, int, int, int], (pool, bt, seq, seqs))
         limit = min(seqs, pool // -(-seq // bt))
         return limit, f"{pool} blocks // ceil({seq} tokens / {bt}), max-num-seqs {seqs}"
     key = "hisparse_limit_at_80k" if setup.get("policy") == "hisparse" else "baseline_limit_at_80k"

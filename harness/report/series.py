@@ -186,7 +186,7 @@ def footnote(runs: Sequence[Run], definition: str) -> str:
     facts = []
     turns = {p.turns for run in runs for p in run.points}
     sweeps = [run.manifest.sweep for run in runs]
-    max_tokens = {s.get("max_tokens") for s in sweeps if s.get("max_tokens") is not None}
+    max_tokens = {s["max_tokens"] for s in sweeps if s.get("max_tokens") is not None}
     fixed = all(s.get("ignore_eos", False) for s in sweeps)
     if turns and max_tokens:
         turn_text = "/".join(str(t) for t in sorted(turns))

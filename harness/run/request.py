@@ -81,7 +81,9 @@ class Target:
     manifest: RunManifest | None = None  # set when resuming
     stale_server_pgid: int | None = None
     engine: Engine = field(default_factory=lambda: engines.get("vllm"))
-    engine_args: EngineArgs = field(default_factory=lambda: engines.get("vllm").args_model())
+    engine_args: EngineArgs = field(
+        default_factory=lambda: engines.get("vllm").args_from_options(EngineOptions())
+    )
 
     @property
     def time_scale(self) -> float:
@@ -109,7 +111,7 @@ def _load_profile(profile: str | Profile, overrides: Sequence[str]) -> Profile:
 
 def _resolve_resume(request: SweepRequest) -> Target:
     """Check that RUN can resume, writing nothing: a refusal leaves the run as it was."""
-    run_dir = Path(request.resume)  # type: ignore[arg-type]
+    run_dir = Path(request.resume)  # type: ignore[arg-type]  # resolve() checked it is set
     manifest = read_manifest(run_dir)
     if manifest.status == "complete":
         raise RunError(f"{run_dir}: run is complete; a finished run is never overwritten")

@@ -209,9 +209,9 @@ def _record_server(sweep: Sweep, server: Server, args: ClientArgs) -> None:
             manifest.owner["server_pgid"] = pid
     manifest.client["command_template"] = client_command(
         args,
-        parallel="<parallel>",  # type: ignore[arg-type]
-        number="<number>",  # type: ignore[arg-type]
-        dataset_offset="<offset>",  # type: ignore[arg-type]
+        parallel="<parallel>",  # type: ignore[arg-type]  # placeholders of the template
+        number="<number>",  # type: ignore[arg-type]  # (same)
+        dataset_offset="<offset>",  # type: ignore[arg-type]  # (same)
         name="<point>",
         outputs_dir=Path("<point dir>/evalscope"),
         executable="evalscope",
@@ -351,7 +351,7 @@ def _drive(sweep: Sweep, fail_fast: bool, echo: Echo) -> None:
                 echo(f"warning: stopping the server failed: {exc}")
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-        manifest.status = status  # type: ignore[assignment]
+        manifest.status = status  # type: ignore[assignment]  # one of the four literals above
         manifest.finished_at = time.time()
         atomic_write_json(layout.manifest, manifest)
 
@@ -402,7 +402,7 @@ def run_sweep(request: SweepRequest, *, echo: Echo = click.echo) -> Path:
             f"{target.manifest.dataset.get('sha256')}"
         )
     planned = plan_points(
-        [tuple(p) for p in target.profile.sweep.points],
+        [(a, b) for a, b in target.profile.sweep.points],
         dataset_offset=target.profile.sweep.dataset_offset,
         num_conversations=ds.num_conversations,
         repeats=target.repeats,

@@ -20,12 +20,12 @@ from harness.client.plan import plan_points
 from harness.client.scrape import write_samples_csv
 from harness.config import read_json, read_yaml, require_mapping
 from harness.dataset.thinktime import PauseTable
+from harness.engine_spec import EngineSpec
 from harness.errors import ConfigError, RunError
 from harness.identity import configuration_key
 from harness.paths import DATASETS_DIR, results_dir
 from harness.results import (
     ClientSummary,
-    EngineSpec,
     PointRecord,
     RunLayout,
     RunManifest,
@@ -95,19 +95,21 @@ def _shape(data: dict[str, Any], where: str) -> dict[str, int]:
     return out
 
 
+def _span(r: Turn) -> float:
+    """Latency of a finished request (callers keep only requests with an end)."""
+    assert r.end is not None
+    return r.end - r.start
+
+
 def client_summary(records: list[Turn], *, parallel: int, start: float) -> ClientSummary:
     ok = [r for r in records if r.success and r.end is not None]
     end = max((r.end for r in records if r.end is not None), default=start)
     duration = max(end - start, 1e-9)
     prompt = sum(r.prompt for r in ok)
     out = sum(r.out for r in ok)
-    tpots = [
-        (r.end - r.start - r.ttft) / (r.out - 1) for r in ok if r.out > 1 and r.ttft is not None
-    ]
+    tpots = [(_span(r) - r.ttft) / (r.out - 1) for r in ok if r.out > 1 and r.ttft is not None]
     itls = [
-        (r.end - r.start - r.ttft) / r.decode_steps
-        for r in ok
-        if r.decode_steps and r.ttft is not None
+        (_span(r) - r.ttft) / r.decode_steps for r in ok if r.decode_steps and r.ttft is not None
     ]
     return ClientSummary(
         total_requests=len(records),
@@ -118,7 +120,7 @@ def client_summary(records: list[Turn], *, parallel: int, start: float) -> Clien
         request_throughput=len(ok) / duration,
         output_throughput=out / duration,
         total_throughput=(prompt + out) / duration,
-        mean_latency_s=mean([r.end - r.start for r in ok]),
+        mean_latency_s=mean([_span(r) for r in ok]),
         mean_ttft_ms=_ms(mean([r.ttft for r in ok if r.ttft is not None])),
         mean_tpot_ms=_ms(mean(tpots)),
         mean_itl_ms=_ms(mean(itls)),
@@ -193,7 +195,7 @@ def _record(plan: Any, client: PointClient, res: Any, turns: int, gpus: int) -> 
             "TPOT (ms)": _ms(
                 _p99(
                     [
-                        (r.end - r.start - r.ttft) / (r.out - 1)
+                        (_span(r) - r.ttft) / (r.out - 1)
                         for r in ok
                         if r.out > 1 and r.ttft is not None
                     ]
