@@ -26,7 +26,7 @@ LAYERS = [
     "serve : dataset",
     "measurement",
     "results",
-    "metric_names | engine_spec | identity | config | text | paths",
+    "metric_names | engine_spec | identity | config | text | paths | names",
     "errors",
 ]
 KNOWN_TWO_WAY = {("dataset", "serve")}
