@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, RunError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAUNCH_DIR = REPO_ROOT / "launch"
@@ -40,3 +40,21 @@ def results_dir() -> Path:
 def dashboards_dir() -> Path:
     root = os.environ.get("REPRO_DASHBOARDS")
     return Path(root).expanduser() if root else REPO_ROOT / "dashboards"
+
+
+_VIEWS = (".html", ".png", ".svg", ".md")  # regenerable from the records
+
+
+def check_not_run_record(path: Path, option: str) -> None:
+    """A file the user names for an output (--markdown, --summary, --json) never replaces a
+    record of an existing run (its manifest, summary, a point's JSON...): only views
+    (HTML, figures, markdown) may be rewritten inside a run directory."""
+    if path.suffix in _VIEWS or not path.exists():
+        return
+    resolved = path.resolve()
+    for parent in [resolved.parent, *resolved.parent.parents][:3]:  # RUN/points/<id>/point.json
+        if (parent / "manifest.json").is_file():
+            raise RunError(
+                f"{option} {path}: a record of run {parent}; a run's records are never "
+                "overwritten (choose another path)"
+            )

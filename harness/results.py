@@ -36,6 +36,7 @@ from harness import metric_names as mn
 from harness.config import read_json, validate
 from harness.engine_spec import EngineSpec, legacy_engine_spec
 from harness.errors import ReproError, RunError
+from harness.paths import check_not_run_record  # noqa: F401 - its home before paths.py
 
 RUN_SCHEMA: Final = "repro.run/1"
 POINT_SCHEMA: Final = "repro.point/1"
@@ -438,24 +439,6 @@ def check_writable(path: Path) -> None:
         in_way = isinstance(exc, FileExistsError | NotADirectoryError)
         why = f"a file is in the way: {exc.filename}" if in_way else exc.strerror
         raise ReproError(f"{path}: cannot write there ({why})") from None
-
-
-_VIEWS = (".html", ".png", ".svg", ".md")  # regenerable from the records
-
-
-def check_not_run_record(path: Path, option: str) -> None:
-    """A file the user names for an output (--markdown, --summary, --json) never replaces a
-    record of an existing run (its manifest, summary, a point's JSON...): only views
-    (HTML, figures, markdown) may be rewritten inside a run directory."""
-    if path.suffix in _VIEWS or not path.exists():
-        return
-    resolved = path.resolve()
-    for parent in [resolved.parent, *resolved.parent.parents][:3]:  # RUN/points/<id>/point.json
-        if (parent / "manifest.json").is_file():
-            raise RunError(
-                f"{option} {path}: a record of run {parent}; a run's records are never "
-                "overwritten (choose another path)"
-            )
 
 
 def _write_replace(path: Path, text: str) -> None:

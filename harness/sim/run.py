@@ -163,7 +163,7 @@ def simulate_points(
         num_conversations=workload.num_conversations,
         only=only,
     )
-    out = []
+    out: list[tuple[PointRecord, list[Any]]] = []
     for plan in planned:
         client = PointClient(
             workload,
