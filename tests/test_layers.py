@@ -25,7 +25,7 @@ LAYERS = [
     "capacity | client",
     "serve : dataset",
     "analysis",
-    "measurement",
+    "measurement | records",
     "results",
     "metric_names | engine_spec | identity | config | text | paths | names",
     "errors",

@@ -163,10 +163,10 @@ def read_samples_counted(
             sample = _sample_row(raw, names)
             if sample is None:
                 continue
-            if sample is False:
-                bad += 1
-            else:
+            if isinstance(sample, Sample):
                 out.append(sample)
+            else:  # False: a malformed row (_sample_row never returns True)
+                bad += 1
     return out, bad
 
 
