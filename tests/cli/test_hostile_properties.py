@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from support.crafted_runs import write_run
 
 from harness.client.scrape import read_samples_counted
+from harness.cluster.listing import list_runs
 from harness.config import parse_json, parse_yaml
 from harness.errors import ConfigError, ReproError, RunError
 from harness.names import (
@@ -31,7 +32,6 @@ from harness.names import (
 )
 from harness.records import run_damage
 from harness.results import load_run
-from harness.run.console import list_runs
 from harness.sim.serve.app import _max_tokens, decode_body
 from harness.sim.serve.tokens import BadRequest, PromptCounter
 
