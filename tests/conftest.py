@@ -39,6 +39,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         _CENSUS.start()
 
 
+@pytest.hookimpl(tryfirst=True)  # tiers on the items before any other plugin reads markers
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:

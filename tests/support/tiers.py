@@ -77,17 +77,7 @@ def register(config: pytest.Config) -> None:
 
 
 def apply(session: pytest.Session, items: list[pytest.Item]) -> None:
-    """Mark each item with exactly one tier and order the run by tier (stable within a tier).
-
-    Under pytest-xdist (`--dist loadgroup`) each item also gets a group: the tests that share
-    the session's servers (or the Slurm cluster) stay on one worker, every other module on one
-    worker, so a module's expensive fixtures are set up once."""
-    grouped = session.config.pluginmanager.hasplugin("xdist")
-    shared_modules = {
-        _module(item)
-        for item in items
-        if set(getattr(item, "fixturenames", ())) & SHARED_SERVER_FIXTURES
-    }
+    """Mark each item with exactly one tier and order the run by tier (stable within a tier)."""
     tiers = {}
     for item in items:
         tier = tier_of(item)
@@ -98,28 +88,9 @@ def apply(session: pytest.Session, items: list[pytest.Item]) -> None:
                     "(tiers are applied from fixtures and paths: tests/support/tiers.py)"
                 )
         item.add_marker(getattr(pytest.mark, tier))
-        if grouped:
-            item.add_marker(pytest.mark.xdist_group(_group(item, tier, shared_modules)))
         tiers[item.nodeid] = tier
     items.sort(key=lambda it: TIERS.index(tiers[it.nodeid]))
     session.stash[UNIT_FAILED] = []
-
-
-def _module(item: pytest.Item) -> str:
-    return item.nodeid.split("::", 1)[0]
-
-
-def _group(item: pytest.Item, tier: str, shared_modules: set[str]) -> str:
-    """Slurm tests on one worker (the cluster is one node); the modules that use the session's
-    shared servers on one worker (each server starts once); every other module whole on one
-    worker (its module fixtures are set up once)."""
-    if tier == "slurm":
-        return "slurm"
-    module = _module(item)
-    return "shared-servers" if module in shared_modules else module
-
-
-SHARED_SERVER_FIXTURES = {"server_factory", "shared_server"}
 
 
 def record(session: pytest.Session, report: pytest.TestReport) -> None:
