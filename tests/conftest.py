@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from support import budgets, tiers
+from support import budgets, schedule, tiers
 from support.census import ServerCensus
 
 # No hub access, ever, for anything the test session starts.
@@ -31,6 +31,18 @@ _CENSUS = ServerCensus()
 
 def pytest_configure(config: pytest.Config) -> None:
     tiers.register(config)
+    schedule.configure(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    schedule.unconfigure(config)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`-n 2`: the tier-aware scheduler (tests/support/schedule.py)."""
+    return schedule.make_scheduler(
+        config, log, lambda: _SESSION[0].stash.get(tiers.UNIT_FAILED, []) if _SESSION else []
+    )
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -44,6 +56,7 @@ def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
     tiers.apply(session, items)
+    schedule.write_scopes(config, items)
     for item in items:
         if item.get_closest_marker("unit") is None and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(E2E_TIMEOUT_S))

@@ -102,3 +102,102 @@ def test_a_hand_marked_tier_that_contradicts_the_rule_is_refused(pytester: pytes
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*marked 'e2e' by hand but its tier is 'unit'*"])
+
+
+XDIST_CONFTEST = f"""
+import os, sys
+sys.path.insert(0, {str(ROOT / "tests")!r})
+import pytest
+from support import schedule, tiers
+
+_SESSION = []
+
+def pytest_configure(config):
+    tiers.register(config)
+    schedule.configure(config)
+
+def pytest_unconfigure(config):
+    schedule.unconfigure(config)
+
+def pytest_xdist_make_scheduler(config, log):
+    return schedule.make_scheduler(
+        config, log, lambda: _SESSION[0].stash.get(tiers.UNIT_FAILED, []) if _SESSION else []
+    )
+
+def pytest_sessionstart(session):
+    _SESSION.append(session)
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session, config, items):
+    tiers.apply(session, items)
+    schedule.write_scopes(config, items)
+
+def pytest_runtest_logreport(report):
+    if _SESSION:
+        tiers.record(_SESSION[0], report)
+
+@pytest.fixture(scope="session")
+def server_factory():
+    return os.environ["PYTEST_XDIST_WORKER"]
+"""
+
+SHARED_SERVER_TEST = """
+import os
+def _note(tag, worker):
+    with open(os.path.join(os.environ["NOTES"], tag), "w") as f:
+        f.write(worker)
+"""
+
+
+def _xdist_tree(pytester: pytest.Pytester, unit_body: str, e2e_body: str) -> None:
+    pytester.makeconftest(XDIST_CONFTEST)
+    pytester.mkdir("tests")
+    pytester.mkdir("tests/e2e")
+    for name in ("a", "b", "c"):  # three modules on the shared servers
+        (pytester.path / "tests" / "e2e" / f"test_{name}.py").write_text(
+            SHARED_SERVER_TEST
+            + f"def test_{name}(server_factory):\n    {e2e_body}\n    _note('{name}', server_factory)\n"
+        )
+    for name in ("x", "y", "z"):
+        (pytester.path / "tests" / f"test_unit_{name}.py").write_text(
+            "def test_1():\n    pass\n\ndef test_2():\n    pass\n"
+        )
+    (pytester.path / "tests" / "test_unit_w.py").write_text(f"def test_w():\n    {unit_body}\n")
+
+
+def test_under_xdist_shared_server_tests_stay_on_one_worker(pytester: pytest.Pytester, tmp_path):
+    _xdist_tree(pytester, "pass", "pass")
+    result = _run_xdist(pytester, tmp_path)
+    result.assert_outcomes(passed=10)
+    workers = {(tmp_path / name).read_text() for name in ("a", "b", "c")}
+    assert len(workers) == 1, workers  # one worker, so the servers start once
+    units = [ln for ln in result.stdout.lines if "PASSED" in ln and "test_unit_" in ln]
+    assert {ln.split("]")[0] for ln in units} == {"[gw0", "[gw1"}  # the unit tier on both
+
+
+def _run_xdist(pytester: pytest.Pytester, notes: Path) -> pytest.RunResult:
+    import os
+
+    os.environ["NOTES"] = str(notes)
+    try:
+        return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "-v")
+    finally:
+        del os.environ["NOTES"]
+
+
+def test_under_xdist_a_unit_failure_stops_the_slow_scopes(pytester: pytest.Pytester, tmp_path):
+    # The shared-server tests block until a file appears that nothing writes: they either never
+    # start (no slow scope is handed out after the failure) or are stopped once the unit tier
+    # has reported. Either way none of them passes, and the run names the failure.
+    _xdist_tree(pytester, "assert False", "_wait_forever()")
+    (pytester.path / "tests" / "e2e" / "conftest.py").write_text(
+        "import os, time\nimport builtins\n"
+        "def _wait_forever():\n"
+        "    while not os.path.exists(os.path.join(os.environ['NOTES'], 'never')):\n"
+        "        time.sleep(0.05)\n"
+        "builtins._wait_forever = _wait_forever\n"
+    )
+    result = _run_xdist(pytester, tmp_path)
+    assert result.ret != 0
+    assert not list(tmp_path.glob("[abc]"))  # no shared-server test finished
+    result.stdout.fnmatch_lines(["*1 unit test(s) failed*"])

@@ -110,10 +110,14 @@ def stop_after_unit_tier(item: pytest.Item, nextitem: pytest.Item | None) -> Non
         and nextitem.get_closest_marker("unit") is None
         and os.environ.get("REPRO_TESTS_CONTINUE_AFTER_UNIT_FAILURE") != "1"
     ):
-        item.session.shouldstop = (
-            f"{len(failed)} unit test(s) failed; the simhttp/browser/e2e/slurm tiers were not "
-            "run (REPRO_TESTS_CONTINUE_AFTER_UNIT_FAILURE=1 runs them anyway)"
-        )
+        item.session.shouldstop = stop_message(len(failed))
+
+
+def stop_message(failed: int) -> str:
+    return (
+        f"{failed} unit test(s) failed; the simhttp/browser/e2e/slurm tiers were not run or "
+        "were stopped (REPRO_TESTS_CONTINUE_AFTER_UNIT_FAILURE=1 runs them anyway)"
+    )
 
 
 def require(what: str, hint: str) -> None:
