@@ -358,14 +358,25 @@ def simulated_manifest(run_id: str, **fields: Any) -> RunManifest:
 def write_simulated_run(
     layout: RunLayout, manifest: RunManifest, results: list[tuple[PointRecord, list[Any]]]
 ) -> None:
-    """Manifest, then each point's samples and record, then the summary."""
-    atomic_write_json(layout.manifest, manifest)
+    """The manifest as `partial`, then each point's samples and record, then the summary, and
+    only then the final manifest (an atomic rename): a writer stopped anywhere (Ctrl-C, a full
+    disk, a kill) leaves a run that says `partial`, never `complete` with points missing
+    (issue 26: `runs list`, `history accept` and `--resume` trust the status)."""
+    interim = manifest.model_copy(
+        update={
+            "status": "partial",
+            "finished_at": None,
+            "notes": [*manifest.notes, "the writer stopped before every point was written"],
+        }
+    )
+    atomic_write_json(layout.manifest, interim)
     for item in results:
         record, samples = item
         write_point_table(layout.point_dir(record.point_id), item)
         write_samples_csv(layout.samples_csv(record.point_id), samples)
         atomic_write_json(layout.point_json(record.point_id), record)
     write_summary(layout, manifest.run_id, [r for r, _ in results])
+    atomic_write_json(layout.manifest, manifest)  # last: the status is now true
 
 
 def _calibration_info(cal: Any) -> dict[str, Any]:
