@@ -30,17 +30,22 @@ NAME_RULE = (
     "a name is letters, digits and . _ + - (starting with a letter or digit), "
     f"at most {NAME_MAX} characters"
 )
+# A profile's name is part of the run ids made from it: `sim-<name>-<YYYYmmdd-HHMMSS>`
+# (harness/sim/run.py), `<name>-<stamp>-<n>` (harness/run/request.py, harness/run/sweep.py),
+# `nightly-<stamp>-<name>-rerun` (harness/gate/nightly.py), up to 30 characters more.
+PROFILE_NAME_MAX = NAME_MAX - 32
 
 
 def is_name(value: object) -> bool:
     return isinstance(value, str) and NAME.fullmatch(value) is not None
 
 
-def check_name(value: object, what: str) -> str:
-    """``value`` if it is a safe name, else a ConfigError naming ``what`` and the value
-    (escaped, so the message itself is one printable line)."""
-    if not is_name(value):
-        raise ConfigError(f"{what} {for_terminal(repr(value))}: {NAME_RULE}")
+def check_name(value: object, what: str, *, limit: int = NAME_MAX) -> str:
+    """``value`` if it is a safe name of at most ``limit`` characters, else a ConfigError naming
+    ``what`` and the value (escaped, so the message itself is one printable line)."""
+    if not is_name(value) or len(value) > limit:  # type: ignore[arg-type]
+        rule = NAME_RULE.replace(f"at most {NAME_MAX}", f"at most {min(limit, NAME_MAX)}")
+        raise ConfigError(f"{what} {for_terminal(repr(value))}: {rule}")
     return value  # type: ignore[return-value]
 
 

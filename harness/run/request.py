@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -13,14 +12,12 @@ from urllib.parse import urlparse
 from harness import engines
 from harness.engines import Engine, EngineArgs, EngineOptions
 from harness.errors import ConfigError, RunError
+from harness.names import check_name
 from harness.paths import results_dir
 from harness.results import PointRecord, RunLayout, RunManifest, read_manifest, read_point
 from harness.run.owner import owner_state
 from harness.serve.profiles import Profile, load_profile
 from harness.serve.watchdog import group_alive
-
-# One safe path component: no separators, no leading dot, no shell or HTML metacharacters.
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -47,11 +44,8 @@ class SweepRequest:
 
     def __post_init__(self) -> None:
         self.engine_choice()  # which options go with which engine: each engine checks its own
-        if self.run_id is not None and not RUN_ID.fullmatch(self.run_id):
-            raise ConfigError(
-                f"--run-id {self.run_id!r}: a run id is one path component of letters, digits "
-                "and . _ + - (not starting with . or -), at most 128 characters"
-            )
+        if self.run_id is not None:  # the one gate for names (harness/names.py)
+            check_name(self.run_id, "--run-id")
         if self.repeats < 1:
             raise ConfigError(f"--repeats must be >= 1, got {self.repeats}")
 

@@ -37,6 +37,7 @@ from harness.config import (
 )
 from harness.dataset.thinktime import NO_THINK_TIME, ThinkTime
 from harness.errors import ConfigError
+from harness.names import PROFILE_NAME_MAX, check_name, for_terminal
 from harness.paths import PROFILES_DIR
 from harness.serve.builds import Build, get_build, serve_json_schemas, serve_option_table
 from harness.serve.options import check_json_keys
@@ -306,6 +307,9 @@ def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
         raise ConfigError(f"unknown profile {name_or_path!r} (no {path}; known: {known})")
+    # the file name is the profile's name, and so part of run ids and folder names: refused
+    # here, before any work, rather than as a run `runs list` later calls damaged (issue 26)
+    check_name(path.stem, f"{for_terminal(path)}: profile name", limit=PROFILE_NAME_MAX)
     origins: dict[str, Path] = {}
     raw = _resolve_raw(path, origins=origins)
     for text in overrides:

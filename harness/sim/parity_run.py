@@ -19,6 +19,7 @@ from harness.analysis.metrics import gauge_per_scrape
 from harness.client.plan import plan_points
 from harness.client.scrape import read_samples_csv
 from harness.errors import RunError
+from harness.names import check_name
 from harness.results import (
     PointRecord,
     Run,
@@ -86,7 +87,10 @@ def predict_run(
 ) -> Path:
     """Fit on `fit_run`, simulate `real_run`'s sweep; write and return the simulated run dir."""
     real_root = Path(real_run).resolve()
-    rid = run_id or f"sim-{load_run(real_run).manifest.run_id}"
+    # a run id of 125+ characters makes a default that is no name (harness/names.py)
+    rid = run_id or check_name(
+        f"sim-{load_run(real_run).manifest.run_id}", f"{real_run}: default run id (give --run-id)"
+    )
     run_dir = Path(out) / rid
     if run_dir.exists():
         raise RunError(

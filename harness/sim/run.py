@@ -23,6 +23,7 @@ from harness.dataset.thinktime import PauseTable
 from harness.engine_spec import EngineSpec
 from harness.errors import ConfigError, RunError
 from harness.identity import configuration_key
+from harness.names import check_name
 from harness.paths import DATASETS_DIR, results_dir
 from harness.results import (
     ClientSummary,
@@ -265,6 +266,7 @@ def run_simulation(
     dataset = dataset or profile_dataset(prof)
     workload = load_workload(dataset)
     rid = run_id or f"sim-{prof.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    check_name(rid, "run id")  # an API caller's run_id is checked as the CLI's --run-id is
     run_dir = Path(out or results_dir()) / rid
     if run_dir.exists():
         raise RunError(

@@ -1,0 +1,111 @@
+"""Issue 26, fourth round: the gaps an audit found after round 3. A profile file whose name
+cannot be a run id, a negative or zero count, are a one-line error (exit 2) before any work;
+outputs are written to a temporary name and renamed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.crafted_runs import write_run
+
+from harness.errors import ConfigError
+from harness.names import NAME_RULE
+from harness.paths import PROFILES_DIR
+from harness.run.request import SweepRequest
+from harness.serve.profiles import load_profile
+
+REPRO = [sys.executable, "-c", "from harness.cli import main; main()"]
+
+
+def repro(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [*REPRO, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
+
+
+def one_error_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """Exit 2, no traceback, and exactly one `error:` line holding every needle."""
+    assert result.returncode == 2, (result.returncode, result.stdout[-1000:], result.stderr[-2000:])
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    lines = [x for x in result.stderr.splitlines() if x.lower().startswith("error: ")]
+    assert len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+# ------------------------------------------------------------------ names
+
+
+def test_a_sweep_run_id_is_checked_by_the_one_name_validator() -> None:
+    with pytest.raises(ConfigError, match="a name is letters, digits"):
+        SweepRequest("offload512", run_id="../x")
+    assert SweepRequest("offload512", run_id="a.b_c+d-1").run_id == "a.b_c+d-1"
+
+
+def _profile_file(folder: Path, stem: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{stem}.yaml"
+    shutil.copy(PROFILES_DIR / "offload512.yaml", path)
+    return path
+
+
+BAD_STEMS = {
+    "markup": "a<b>$x",
+    "space": "two words",
+    "quote": "it's",
+    "dot": ".hidden",
+    "dash": "-rf",
+    "long": "p" * 100,  # a name, but `sim-<name>-<stamp>` would be longer than a name may be
+}
+
+
+@pytest.mark.parametrize("stem", BAD_STEMS.values(), ids=BAD_STEMS.keys())
+def test_a_profile_file_whose_name_cannot_be_a_run_id_is_refused_where_it_is_read(
+    tmp_path: Path, stem: str
+) -> None:
+    path = _profile_file(tmp_path, stem)
+    with pytest.raises(ConfigError, match="a name is letters, digits") as caught:
+        load_profile(str(path))
+    assert str(caught.value).startswith(f"{path}: profile name ")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["simulate", "--points", "c1"], ["sweep", "--dry-run", "--allow-incoherent"]],
+    ids=["simulate", "sweep"],
+)
+def test_a_profile_file_whose_name_cannot_be_a_run_id_stops_the_command(
+    tmp_path: Path, command: list[str]
+) -> None:
+    path = _profile_file(tmp_path / "profiles", BAD_STEMS["markup"])
+    out = tmp_path / "out"
+    result = repro(*command, "--profile", str(path), "--out", str(out))
+    # before: a run directory `runs list` calls damaged (simulate), a dry run that plans it (sweep)
+    one_error_line(result, str(path), "a name is letters, digits")
+    assert not out.exists()
+
+
+def test_a_profile_file_with_a_safe_name_still_simulates(tmp_path: Path) -> None:
+    path = _profile_file(tmp_path / "profiles", "my-arm.v2")
+    out = tmp_path / "out"
+    result = repro("simulate", "--profile", str(path), "--points", "c1", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    (run,) = out.iterdir()
+    assert run.name.startswith("sim-my-arm.v2-")
+    listed = repro("runs", "list", "--out", str(out))
+    assert " complete " in listed.stdout and " damaged " not in listed.stdout, listed.stdout
+
+
+def test_a_parity_run_id_derived_from_a_long_run_id_is_refused(tmp_path: Path) -> None:
+    real = write_run(tmp_path / "real", "r" * 128, [{"parallel": 1, "number": 1}])
+    out = tmp_path / "out"
+    result = repro("simulate", "parity", "--fit", str(real), "--run", str(real), "--out", str(out))
+    one_error_line(result, "sim-" + "r" * 128, NAME_RULE.split(" (")[0], "--run-id")
+    assert not out.exists()
