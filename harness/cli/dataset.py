@@ -67,8 +67,8 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: Any) -> list[in
             part = part.strip()
             if not part:
                 continue
-            if not part.isdigit():
-                raise click.BadParameter(f"{part!r} is not a non-negative integer", ctx, param)
+            if not part.isdigit() or int(part) < 1:  # a point of 0 conversations is no point
+                raise click.BadParameter(f"{part!r} is not a positive integer", ctx, param)
             numbers.append(int(part))
     return numbers
 
@@ -96,6 +96,22 @@ def _click_type(annotation: Any) -> Any:
     return None if annotation is bool else annotation
 
 
+def _ranged(kind: Any, info: Any) -> Any:
+    """``kind`` bounded as the recipe field is (ge/gt/le/lt in harness/dataset/recipe.py), so a
+    value out of range is a usage error naming the option, not the recipe file."""
+    if kind not in (int, float):
+        return kind
+    bounds: dict[str, Any] = {}
+    for rule in info.metadata:  # annotated_types' Ge, Gt, Le, Lt
+        for attr, key, is_open in (("ge", "min", False), ("gt", "min", True),
+                                   ("le", "max", False), ("lt", "max", True)):  # fmt: skip
+            if getattr(rule, attr, None) is not None:
+                bounds[key], bounds[f"{key}_open"] = getattr(rule, attr), is_open
+    if not bounds:
+        return kind
+    return (click.IntRange if kind is int else click.FloatRange)(**bounds)
+
+
 def _recipe_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """One option per recipe field (`--first-turn-length` for first_turn_length, ...), plus the
     original builder's names declared in the schema; all default to None (= the recipe's)."""
@@ -110,7 +126,7 @@ def _recipe_options(command: Callable[..., Any]) -> Callable[..., Any]:
         if kind is None:
             settings = {"is_flag": True, "default": None}
         else:
-            settings["type"] = kind
+            settings["type"] = _ranged(kind, info)
         if aliases:
             alias_help = f"The original builder's name for {flag}."
             command = click.option(*aliases, alias_dest(name), help=alias_help, **settings)(command)
@@ -131,7 +147,9 @@ def _recipe_options(command: Callable[..., Any]) -> Callable[..., Any]:
     help="Size --number so that every sweep point replays unused conversations.",
 )
 @flag("--force", help="Replace an existing output file and its manifest.")
-@click.option("--sweep-offset", type=int, help="Sweep start offset for --fresh-for-sweep.")
+@click.option(
+    "--sweep-offset", type=click.IntRange(min=0), help="Sweep start offset for --fresh-for-sweep."
+)
 @click.option(
     "--sweep-numbers",
     cls=IntListOption,
@@ -167,13 +185,19 @@ def build_command(recipe: str | None, **options: Any) -> None:
     metavar="ID|PATH",
     help="Tokenizer to count with (local dir, hub id, tiny:tokenizer).",
 )
-@click.option("--first-turn-length", type=int, help="Target for turn 1 (default: file metadata).")
 @click.option(
-    "--subsequent-turn-length", type=int, help="Target for later turns (default: file metadata)."
+    "--first-turn-length",
+    type=click.IntRange(min=1),
+    help="Target for turn 1 (default: file metadata).",
+)
+@click.option(
+    "--subsequent-turn-length",
+    type=click.IntRange(min=0),
+    help="Target for later turns (default: file metadata).",
 )
 @click.option(
     "--output-tokens",
-    type=int,
+    type=click.IntRange(min=0),
     default=220,
     show_default=True,
     help="Tokens assumed per assistant reply in templated prompt lengths.",
@@ -185,7 +209,7 @@ def build_command(recipe: str | None, **options: Any) -> None:
 @path_option("--json", "json_out", help="Write the full report as JSON here.")
 @click.option(
     "--tolerance",
-    type=int,
+    type=click.IntRange(min=0),
     default=0,
     show_default=True,
     help="Exit non-zero when any turn drifts by more than this.",
@@ -235,7 +259,11 @@ def verify_command(
 
 @dataset_group.command("plan", cls=IntListCommand)
 @click.option(
-    "--offset", type=int, default=52, show_default=True, help="First point's --dataset-offset."
+    "--offset",
+    type=click.IntRange(min=0),
+    default=52,
+    show_default=True,
+    help="First point's --dataset-offset.",
 )
 @click.option(
     "--numbers",
@@ -246,7 +274,7 @@ def verify_command(
 )
 @click.option(
     "--conversations",
-    type=int,
+    type=click.IntRange(min=1),
     default=128,
     show_default=True,
     help="Conversations in the dataset.",

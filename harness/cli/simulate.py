@@ -110,7 +110,13 @@ def simulate(
     show_default=True,
     help="Calibration file to write.",
 )
-@click.option("--max-evals", default=150, show_default=True, help="Simulated sweeps per fit.")
+@click.option(
+    "--max-evals",
+    type=click.IntRange(min=1),
+    default=150,
+    show_default=True,
+    help="Simulated sweeps per fit.",
+)
 @click.option(
     "--model",
     "model",

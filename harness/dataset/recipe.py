@@ -68,7 +68,10 @@ class Recipe(BaseModel):
     subsequent_turn_length: int = _field(753, "Bare tokens in each later turn.", ge=0)
     num_turns: int = _field(13, "Turns per conversation.", ge=1)
     number: int = _field(128, "Conversations to build.", ge=1)
-    seed: int = _field(42, "Seed (random pad: RandomState(seed + conversation)).")
+    # numpy's RandomState takes 0 .. 2**32 - 1; seed + conversation must stay inside it
+    seed: int = _field(
+        42, "Seed (random pad: RandomState(seed + conversation)).", ge=0, le=2**31 - 1
+    )
     max_real_first_turn_frac: float = _field(
         0.5, "Cap on the real share of turn 1.", gt=0.0, le=1.0
     )

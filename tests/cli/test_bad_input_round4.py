@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from support.crafted_runs import write_run
 
+from harness.cli import cli
 from harness.errors import ConfigError
 from harness.names import NAME_RULE
 from harness.paths import PROFILES_DIR
@@ -109,3 +111,58 @@ def test_a_parity_run_id_derived_from_a_long_run_id_is_refused(tmp_path: Path) -
     result = repro("simulate", "parity", "--fit", str(real), "--run", str(real), "--out", str(out))
     one_error_line(result, "sim-" + "r" * 128, NAME_RULE.split(" (")[0], "--run-id")
     assert not out.exists()
+
+
+# ------------------------------------------------------------------ numeric ranges
+
+VERIFY = ["dataset", "verify", "x.json", "--tokenizer", "tiny:tokenizer"]
+BUILD = ["dataset", "build", "openhands-offline", "--output-path", "x.json"]
+REFUSED_NUMBERS = [
+    (["dataset", "plan"], "--conversations", "-1"),
+    (["dataset", "plan"], "--conversations", "0"),
+    (["dataset", "plan"], "--offset", "-3"),
+    (["dataset", "plan"], "--numbers", "0"),
+    (VERIFY, "--first-turn-length", "0"),
+    (VERIFY, "--subsequent-turn-length", "-1"),
+    (VERIFY, "--output-tokens", "-1"),
+    (VERIFY, "--tolerance", "-1"),
+    (BUILD, "--number", "-1"),
+    (BUILD, "--number", "0"),
+    (BUILD, "--num-turns", "0"),
+    (BUILD, "--first-turn-length", "0"),
+    (BUILD, "--subsequent-turn-length", "-1"),
+    (BUILD, "--max-rows", "0"),
+    (BUILD, "--max-real-first-turn-frac", "0"),
+    (BUILD, "--max-real-first-turn-frac", "1.5"),
+    (BUILD, "--output-tokens-estimate", "-1"),
+    (BUILD, "--tolerance", "-1"),
+    (BUILD, "--seed", "-5"),  # before: a numpy traceback with --pad-source random
+    (BUILD, "--sweep-offset", "-5"),
+    (BUILD, "--sweep-numbers", "0"),
+    (["simulate", "calibrate", "--out", "x.yaml"], "--max-evals", "0"),
+    (["simulate", "calibrate", "--out", "x.yaml"], "--max-evals", "-4"),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value"),
+    REFUSED_NUMBERS,
+    ids=[f"{' '.join(c[:2])} {o} {v}" for c, o, v in REFUSED_NUMBERS],
+)
+def test_numbers_out_of_range_are_refused_naming_the_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], option: str, value: str
+) -> None:
+    monkeypatch.chdir(tmp_path)  # nothing a command might write lands in the tree
+    result = CliRunner().invoke(cli, [*command, option, value])
+    # before: exit 0 and a plan of nonsense (plan), or an error blaming the recipe file (build)
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    assert f"Invalid value for '{option}'" in result.output, result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_dataset_plan_takes_the_smallest_meaningful_values() -> None:
+    result = CliRunner().invoke(
+        cli, ["dataset", "plan", "--offset", "0", "--conversations", "1", "--numbers", "1"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "1 conversations, start offset 0:" in result.output
