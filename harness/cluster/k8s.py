@@ -15,6 +15,7 @@ import yaml
 
 from harness.coherence.references import coherence_preflight
 from harness.errors import ConfigError
+from harness.results import atomic_write_text
 from harness.run.sweep import SweepRequest
 from harness.serve.profiles import Profile, render_serve_command
 
@@ -196,7 +197,8 @@ def write(manifests: dict[str, list[dict[str, Any]]], out: Path) -> list[Path]:
     written = []
     for name, docs in manifests.items():
         path = out / name
-        path.write_text(yaml.safe_dump_all(docs, sort_keys=False), encoding="utf-8")
+        # temp file + rename (harness/results.py): `kubectl apply` never reads half a manifest
+        atomic_write_text(path, yaml.safe_dump_all(docs, sort_keys=False))
         written.append(path)
     return written
 

@@ -22,6 +22,7 @@ import yaml
 from harness import __version__
 from harness.errors import ConfigError
 from harness.paths import REPO_ROOT
+from harness.results import atomic_write_text
 from harness.sim.config import CALIBRATION_SCHEMA, setup_from_profile
 from harness.sim.cost import FIT_PARAMS, PARAM_MEANING, Roofline
 from harness.sim.run import load_workload, simulate_points
@@ -338,5 +339,6 @@ def write_calibration(
             {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in rows
         ],
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    # temp file + rename (harness/results.py): an interrupted or failed write never leaves half
+    # a calibration where `repro simulate` would read it
+    atomic_write_text(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))

@@ -9,17 +9,21 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from support.crafted_runs import write_run
 
+from harness import results
 from harness.cli import cli
+from harness.cluster import k8s
 from harness.errors import ConfigError
 from harness.names import NAME_RULE
 from harness.paths import PROFILES_DIR
 from harness.run.request import SweepRequest
 from harness.serve.profiles import load_profile
+from harness.sim import calibrate
 
 REPRO = [sys.executable, "-c", "from harness.cli import main; main()"]
 
@@ -166,3 +170,56 @@ def test_dataset_plan_takes_the_smallest_meaningful_values() -> None:
     )
     assert result.exit_code == 0, result.output
     assert "1 conversations, start offset 0:" in result.output
+
+
+# ------------------------------------------------------------------ atomic outputs
+
+ROWS = [
+    {
+        "profile": "hisparse384",
+        "label": "c1",
+        "metric": "occupancy",
+        "target": 1.0,
+        "simulated": 1.0,
+        "rel_error": 0.0,
+    }
+]
+
+
+def _write_calibration(path: Path) -> None:
+    calibrate.write_calibration(path, {"prefill_eff": 0.2}, ROWS, 3)
+
+
+def _write_k8s(path: Path) -> None:
+    k8s.write({path.name: [{"kind": "ConfigMap", "data": {"k": "v" * 10_000}}]}, path.parent)
+
+
+WRITERS = {"calibrate --out": _write_calibration, "k8s manifests": _write_k8s}
+
+
+@pytest.mark.parametrize("write", WRITERS.values(), ids=WRITERS.keys())
+def test_outputs_replace_the_old_file_by_rename(tmp_path: Path, write: Any) -> None:
+    path = tmp_path / "out.yaml"
+    path.write_text("old: 1\n")
+    before = path.stat().st_ino
+    write(path)
+    # a reader that opened the old file keeps it whole; before: rewritten in place (same inode)
+    assert path.stat().st_ino != before and path.read_text() != "old: 1\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.yaml"]  # no temporary file left
+
+
+@pytest.mark.parametrize("write", WRITERS.values(), ids=WRITERS.keys())
+def test_an_interrupted_output_write_leaves_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write: Any
+) -> None:
+    path = tmp_path / "out.yaml"
+    path.write_text("old: 1\n")
+
+    def cut(fd: int) -> None:  # Ctrl-C after the bytes, before the rename
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(results.os, "fsync", cut)
+    with pytest.raises(KeyboardInterrupt):
+        write(path)
+    assert path.read_text() == "old: 1\n"  # before: the new text was already in place
+    assert [p.name for p in tmp_path.iterdir()] == ["out.yaml"]
