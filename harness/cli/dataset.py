@@ -51,6 +51,12 @@ class IntListCommand(click.Command):
         return super().parse_args(ctx, joined)
 
 
+# Largest conversation count, offset or per-point number a plan takes: 780x the blog's 128
+# conversations. harness/dataset/rotation.py builds its lists in memory and searches the
+# fresh size over every offset, so an unbounded value is a traceback or an hour-long hang.
+PLAN_MAX = 100_000
+
+
 def _looks_like_ints(text: str) -> bool:
     return all(part.strip().isdigit() for part in text.split(",") if part.strip()) and any(
         part.strip() for part in text.split(",")
@@ -67,8 +73,10 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: Any) -> list[in
             part = part.strip()
             if not part:
                 continue
-            if not part.isdigit() or int(part) < 1:  # a point of 0 conversations is no point
-                raise click.BadParameter(f"{part!r} is not a positive integer", ctx, param)
+            if not part.isdigit() or not 1 <= int(part) <= PLAN_MAX:  # 0: no point at all
+                raise click.BadParameter(
+                    f"{part!r} is not an integer in 1..{PLAN_MAX:,}", ctx, param
+                )
             numbers.append(int(part))
     return numbers
 
@@ -148,7 +156,9 @@ def _recipe_options(command: Callable[..., Any]) -> Callable[..., Any]:
 )
 @flag("--force", help="Replace an existing output file and its manifest.")
 @click.option(
-    "--sweep-offset", type=click.IntRange(min=0), help="Sweep start offset for --fresh-for-sweep."
+    "--sweep-offset",
+    type=click.IntRange(min=0, max=PLAN_MAX),
+    help="Sweep start offset for --fresh-for-sweep.",
 )
 @click.option(
     "--sweep-numbers",
@@ -260,7 +270,7 @@ def verify_command(
 @dataset_group.command("plan", cls=IntListCommand)
 @click.option(
     "--offset",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=PLAN_MAX),
     default=52,
     show_default=True,
     help="First point's --dataset-offset.",
@@ -274,7 +284,7 @@ def verify_command(
 )
 @click.option(
     "--conversations",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=PLAN_MAX),
     default=128,
     show_default=True,
     help="Conversations in the dataset.",

@@ -126,6 +126,9 @@ REFUSED_NUMBERS = [
     (["dataset", "plan"], "--conversations", "0"),
     (["dataset", "plan"], "--offset", "-3"),
     (["dataset", "plan"], "--numbers", "0"),
+    (["dataset", "plan"], "--numbers", "4,100001"),  # rotation lists are built in memory
+    (["dataset", "plan"], "--conversations", "99999999999999999999"),  # before: a traceback
+    (BUILD, "--sweep-numbers", "100001"),
     (VERIFY, "--first-turn-length", "0"),
     (VERIFY, "--subsequent-turn-length", "-1"),
     (VERIFY, "--output-tokens", "-1"),
