@@ -5,9 +5,11 @@ outputs are written to a temporary name and renamed."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from support.crafted_runs import write_run
 from harness import results
 from harness.cli import cli
 from harness.cluster import k8s
+from harness.dataset.rotation import conversations_for_points, fresh_size
 from harness.errors import ConfigError
 from harness.names import NAME_RULE
 from harness.paths import PROFILES_DIR
@@ -226,3 +229,38 @@ def test_an_interrupted_output_write_leaves_the_old_file(
         write(path)
     assert path.read_text() == "old: 1\n"  # before: the new text was already in place
     assert [p.name for p in tmp_path.iterdir()] == ["out.yaml"]
+
+
+# ------------------------------------------------------------------ a plan that cannot hang
+
+
+def _fresh_by_sets(offset: int, numbers: list[int]) -> int:
+    """fresh_size as the sets of conversations each point replays define it (the reference)."""
+    total = sum(numbers)
+    for size in range(max(total, 1), offset + total + 1):
+        seen: set[int] = set()
+        for convs in conversations_for_points(size, offset, numbers):
+            if len(set(convs)) < len(convs) or set(convs) & seen:
+                break
+            seen |= set(convs)
+        else:
+            return size
+    return offset + total
+
+
+def test_fresh_size_agrees_with_the_conversations_each_point_replays() -> None:
+    rng = random.Random(26)
+    cases = [(52, [4, 16, 32, 48, 64]), (2, [2, 8, 16]), (0, [1]), (7, [3])]
+    cases += [(rng.randrange(0, 60), [rng.randrange(1, 20) for _ in range(rng.randrange(1, 6))])
+              for _ in range(300)]  # fmt: skip
+    for offset, numbers in cases:
+        assert fresh_size(offset, numbers) == _fresh_by_sets(offset, numbers), (offset, numbers)
+
+
+def test_dataset_plan_at_its_largest_offset_answers_in_seconds() -> None:
+    started = time.monotonic()
+    result = CliRunner().invoke(cli, ["dataset", "plan", "--offset", "100000"])
+    # before: over an hour (every size up to the offset tried with lists of every index)
+    assert result.exit_code == 0, result.output
+    assert time.monotonic() - started < 20
+    assert "a dataset of 100100 conversations gives every point fresh" in result.output
