@@ -39,7 +39,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """`-n 2`: the tier-aware scheduler (tests/support/schedule.py)."""
+    """`-n`: the tier-aware scheduler (tests/support/schedule.py)."""
     return schedule.make_scheduler(
         config, log, lambda: _SESSION[0].stash.get(tiers.UNIT_FAILED, []) if _SESSION else []
     )

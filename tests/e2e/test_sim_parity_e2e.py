@@ -57,7 +57,7 @@ def test_simulator_predicts_the_pressured_cpu_server(server_factory, tmp_path):
     result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "sim")])
     assert result.exit_code == 0, result.output
     sim_dir = tmp_path / "sim" / "sim-p16"
-    assert result.output.strip().endswith(str(sim_dir)) and "p008-n0048-r0" in result.output
+    assert result.output.strip().endswith(str(sim_dir)) and "p008-n0016-r0" in result.output
     sim = load_run(sim_dir)
     assert sim.manifest.engine == "sim"
     assert sim.manifest.build["calibration"]["kind"] == "cpu-parity-fit"

@@ -32,17 +32,36 @@ import pytest
 from . import budgets, tiers
 
 SCOPES_ENV = "REPRO_TEST_SCOPES"
-SHARED_SERVER_FIXTURES = {"server_factory", "shared_server", "tiny_model_path"}
+SHARED_SERVER_FIXTURES = {"server_factory", "shared_server"}
 
 
-def scope_of(nodeid: str, tier: str, fixtures: set[str]) -> str:
-    if tier == "unit":
-        return nodeid  # test by test, as xdist's default: the two workers stay balanced
-    if tier == "slurm":
-        return "slurm"
-    if tier == "e2e" and fixtures & SHARED_SERVER_FIXTURES:
-        return "shared-servers"
+def module_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
+
+
+def scopes_of(items: list[tuple[str, str, set[str]]]) -> dict[str, tuple[str, str]]:
+    """{nodeid: (scope, tier)} for (nodeid, tier, fixture names) in collection order.
+
+    A slow-tier module stays whole (its module fixtures start servers once), and goes to the
+    shared-servers scope when any of its tests uses a shared server."""
+    shared_modules = {
+        module_of(nodeid)
+        for nodeid, tier, fixtures in items
+        if tier == "e2e" and fixtures & SHARED_SERVER_FIXTURES
+    }
+    table = {}
+    for nodeid, tier, _ in items:
+        module = module_of(nodeid)
+        if tier == "unit":
+            scope = nodeid  # test by test, as xdist's default: the workers stay balanced
+        elif tier == "slurm":
+            scope = "slurm"
+        elif module in shared_modules:
+            scope = "shared-servers"
+        else:
+            scope = module
+        table[nodeid] = (scope, tier)
+    return table
 
 
 def configure(config: pytest.Config) -> None:
@@ -65,10 +84,7 @@ def write_scopes(config: pytest.Config, items: list[pytest.Item]) -> None:
     path = os.environ.get(SCOPES_ENV)
     if not path or not hasattr(config, "workerinput"):
         return
-    table = {}
-    for item in items:
-        tier = tiers.tier_of(item)
-        table[item.nodeid] = [scope_of(item.nodeid, tier, set(item.fixturenames)), tier]
+    table = scopes_of([(it.nodeid, tiers.tier_of(it), set(it.fixturenames)) for it in items])
     tmp = Path(f"{path}.{config.workerinput['workerid']}")
     tmp.write_text(json.dumps(table), encoding="utf-8")
     tmp.replace(path)
