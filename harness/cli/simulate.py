@@ -149,6 +149,9 @@ def calibrate(out: Path, max_evals: int, model: str, gpu: str, start: Path | Non
             f"on {cal.TARGET_MODEL} / {cal.TARGET_GPU}; no calibration for "
             "another model or GPU can be fitted to them"
         )
+    from harness.results import check_writable
+
+    check_writable(out)  # now, not after a fit of minutes to hours whose result would be lost
     targets = cal.load_targets()
     begin = None
     if start is not None:

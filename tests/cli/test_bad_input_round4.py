@@ -21,7 +21,7 @@ from harness import results
 from harness.cli import cli
 from harness.cluster import k8s
 from harness.dataset.rotation import conversations_for_points, fresh_size
-from harness.errors import ConfigError
+from harness.errors import ConfigError, ReproError
 from harness.names import NAME_RULE
 from harness.paths import PROFILES_DIR
 from harness.run.request import SweepRequest
@@ -264,3 +264,21 @@ def test_dataset_plan_at_its_largest_offset_answers_in_seconds() -> None:
     assert result.exit_code == 0, result.output
     assert time.monotonic() - started < 20
     assert "a dataset of 100100 conversations gives every point fresh" in result.output
+
+
+def test_calibrate_refuses_an_unwritable_out_before_the_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / "afile" / "c.yaml"
+
+    def no_fit(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the fit started")
+
+    monkeypatch.setattr(calibrate, "fit", no_fit)
+    result = CliRunner().invoke(
+        cli, ["simulate", "calibrate", "--max-evals", "1", "--out", str(out)]
+    )
+    # before: the fit ran to its end, then the write failed and its result was lost
+    assert isinstance(result.exception, ReproError), (result.exception, result.output)
+    assert str(result.exception).startswith(f"{out}: cannot write there (a file is in the way")
