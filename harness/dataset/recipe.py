@@ -67,7 +67,9 @@ class Recipe(BaseModel):
     first_turn_length: int = _field(74160, "Bare tokens in turn 1 (system pad + user).", ge=1)
     subsequent_turn_length: int = _field(753, "Bare tokens in each later turn.", ge=0)
     num_turns: int = _field(13, "Turns per conversation.", ge=1)
-    number: int = _field(128, "Conversations to build.", ge=1)
+    # at most harness/cli/dataset.py's PLAN_MAX: a plan of more cannot be made, and a build of
+    # 10^14 ran until killed
+    number: int = _field(128, "Conversations to build.", ge=1, le=100_000)
     # numpy's RandomState takes 0 .. 2**32 - 1; seed + conversation must stay inside it
     seed: int = _field(
         42, "Seed (random pad: RandomState(seed + conversation)).", ge=0, le=2**31 - 1

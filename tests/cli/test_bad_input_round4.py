@@ -138,6 +138,7 @@ REFUSED_NUMBERS = [
     (VERIFY, "--tolerance", "-1"),
     (BUILD, "--number", "-1"),
     (BUILD, "--number", "0"),
+    (BUILD, "--number", "100001"),  # before: a build that ran for hours
     (BUILD, "--num-turns", "0"),
     (BUILD, "--first-turn-length", "0"),
     (BUILD, "--subsequent-turn-length", "-1"),
