@@ -43,10 +43,10 @@ def is_name(value: object) -> bool:
 def check_name(value: object, what: str, *, limit: int = NAME_MAX) -> str:
     """``value`` if it is a safe name of at most ``limit`` characters, else a ConfigError naming
     ``what`` and the value (escaped, so the message itself is one printable line)."""
-    if not is_name(value) or len(value) > limit:  # type: ignore[arg-type]
+    if not isinstance(value, str) or not is_name(value) or len(value) > limit:
         rule = NAME_RULE.replace(f"at most {NAME_MAX}", f"at most {min(limit, NAME_MAX)}")
         raise ConfigError(f"{what} {for_terminal(repr(value))}: {rule}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def text_problem(value: str, *, multiline: bool = False) -> str | None:

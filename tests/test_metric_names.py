@@ -12,7 +12,7 @@ from harness import metric_names as mn
 
 HARNESS = Path(__file__).resolve().parents[1] / "harness"
 TABLE = HARNESS / "metric_names.py"
-METRIC = re.compile(r"vllm:[a-z_]{2,}")
+METRIC = re.compile(r"vllm:[a-z_][a-z0-9_]+")
 # Prose naming a metric family inside text another change owns and writes into a generated,
 # committed file (the calibration's provenance, launch/calibrations/): it moves to the table's
 # name when that file is next regenerated. Each entry is the exact text still allowed.

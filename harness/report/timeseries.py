@@ -177,7 +177,7 @@ def _entries(
 ) -> tuple[str, list[tuple[str, int, tuple[float, float], list[Sample]]], int]:
     """(point label, timeseries_figure entries, malformed samples.csv rows) of one configured
     point across the runs."""
-    entries = []
+    entries: list[tuple[str, int, tuple[float, float], list[Sample]]] = []
     label, bad = f"c{key[0]}", 0
     for style, (run, s) in enumerate(zip(runs, series, strict=True)):
         for record in run.points:
@@ -192,8 +192,8 @@ def _entries(
             name = s.name + (f" r{record.repeat}" if record.repeat else "")
             samples, skipped = read_scraped_counted(path)
             bad += skipped
-            entries.append((name, style, tuple(record.window), samples))
-    return label, entries, bad  # type: ignore[return-value]
+            entries.append((name, style, (record.window[0], record.window[1]), samples))
+    return label, entries, bad
 
 
 def timeseries_figures(

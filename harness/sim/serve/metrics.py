@@ -97,7 +97,7 @@ class SimMetrics:
             TTFT_BUCKETS,
         )
         self.e2e = hist(
-            "vllm:e2e_request_latency_seconds",
+            mn.E2E_REQUEST_LATENCY_SECONDS,
             "Histogram of e2e request latency in seconds.",
             E2E_BUCKETS,
         )
