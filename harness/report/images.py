@@ -47,6 +47,16 @@ def find_browser() -> str:
     raise ExportError(f"no Chromium found on PATH ({', '.join(BROWSER_NAMES)}); {INSTALL_HINT}")
 
 
+EXPORT_ATTEMPTS = 3
+
+
+def _written(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
 def export_figure(fig: go.Figure, path: Path) -> Path:
     """Write `fig` to `path`; the suffix picks the format (.png, .svg or .html)."""
     return export_figures([(fig, Path(path))])[0]
@@ -87,14 +97,7 @@ def export_figures(items: Sequence[tuple[go.Figure, Path]]) -> list[Path]:
     os.environ["BROWSER_PATH"] = browser  # choreographer (kaleido's driver) reads it
     tmps = [path.with_name(f".{path.name}.tmp.{suffix}") for _fig, path, suffix in static]
     try:
-        pio.write_images(
-            [fig for fig, _path, _suffix in static],
-            [str(tmp) for tmp in tmps],
-            format=[suffix for _fig, _path, suffix in static],
-            width=EXPORT_WIDTH,
-            height=EXPORT_HEIGHT,
-            scale=[PNG_SCALE if suffix == "png" else 1 for _fig, _path, suffix in static],
-        )
+        _render_static(static, tmps, browser)
         for tmp, (_fig, path, _suffix) in zip(tmps, static, strict=True):
             os.replace(tmp, path)
     except ReproError:
@@ -112,6 +115,34 @@ def export_figures(items: Sequence[tuple[go.Figure, Path]]) -> list[Path]:
         else:
             os.environ["BROWSER_PATH"] = previous
     return [Path(path) for _fig, path in items]
+
+
+def _render_static(
+    static: Sequence[tuple[go.Figure, Path, str]], tmps: Sequence[Path], browser: str
+) -> None:
+    """Render each static figure to its temporary file, in one kaleido call per attempt."""
+    pending = list(range(len(static)))
+    for _attempt in range(EXPORT_ATTEMPTS):
+        pio.write_images(
+            [static[i][0] for i in pending],
+            [str(tmps[i]) for i in pending],
+            format=[static[i][2] for i in pending],
+            width=EXPORT_WIDTH,
+            height=EXPORT_HEIGHT,
+            scale=[PNG_SCALE if static[i][2] == "png" else 1 for i in pending],
+        )
+        # kaleido returns without raising when a render fails (it deletes the file and
+        # keeps the error to itself); on a loaded machine that happens now and then, so
+        # the renders that left no file are done again
+        pending = [i for i in pending if not _written(tmps[i])]
+        if not pending:
+            break
+    if pending:
+        missing = ", ".join(str(static[i][1]) for i in pending)
+        raise ExportError(
+            f"{missing}: Chromium ({browser}) rendered no image in {EXPORT_ATTEMPTS} "
+            f"attempts; {INSTALL_HINT}"
+        )
 
 
 RUN_FIGURES = {  # file stem -> figure definition; written into <run>/figures/ by `repro sweep`
