@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.cli_errors import one_error_line
 
 from harness.capacity.formulas import parse_seq_range
 from harness.cluster.k8s import render
@@ -29,17 +30,6 @@ def repro(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedP
     return subprocess.run(
         [*REPRO, *args], capture_output=True, text=True, timeout=timeout, env=full_env, check=False
     )
-
-
-def one_error_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """Exit 2, no traceback, and exactly one `error:`/`Error:` line holding every needle."""
-    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
-    assert "Traceback" not in result.stderr, result.stderr[-2000:]
-    lines = [x for x in result.stderr.splitlines() if x.lower().startswith("error: ")]
-    assert len(lines) == 1, result.stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from support.cli_errors import one_error_line
 from support.crafted_runs import write_run
 
 from harness import results
@@ -36,17 +37,6 @@ def repro(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*REPRO, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
     )
-
-
-def one_error_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """Exit 2, no traceback, and exactly one `error:` line holding every needle."""
-    assert result.returncode == 2, (result.returncode, result.stdout[-1000:], result.stderr[-2000:])
-    assert "Traceback" not in result.stderr, result.stderr[-2000:]
-    lines = [x for x in result.stderr.splitlines() if x.lower().startswith("error: ")]
-    assert len(lines) == 1, result.stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 # ------------------------------------------------------------------ names
