@@ -281,16 +281,18 @@ def test_server_killed_mid_point_is_invalid_and_sweep_continues(cpu_build, tmp_p
     killed: dict[str, object] = {}
 
     def killer() -> None:
-        # Kill once the point has finished 4 of its 32 requests (a counted event). The running
+        # Kill once the point has finished 2 of its 32 requests (a counted event). The running
         # gauge is no trigger: on a fast CPU it reads 0 on most scrapes (a CI run saw 1 non-zero
         # scrape in the whole point), so a kill when it was last seen non-zero landed after it.
+        # 192-token replies leave a minute of requests after the trigger: with 64, a loaded CI
+        # run's poller saw the count only once all 32 had finished.
         deadline = time.monotonic() + 900
         client_log = tmp_path / "kill" / "points" / "p002-n0008-r0" / "client.log"
         while not client_log.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         base_url = json.loads((tmp_path / "kill" / "manifest.json").read_text())["base_url"]
         base = wait_for_finished(base_url, 0)
-        done = wait_for_finished(base_url, base + 4)
+        done = wait_for_finished(base_url, base + 2)
         while "pgid" not in killed and time.monotonic() < deadline:
             pgid = _server_group(port)  # None while a /proc entry is unreadable: look again
             if pgid:
@@ -304,7 +306,11 @@ def test_server_killed_mid_point_is_invalid_and_sweep_continues(cpu_build, tmp_p
         SweepRequest(
             "cpu-tiny",
             # enforce-eager: two starts (the first and the restart) without compilation
-            overrides=["sweep.points=[[2,8],[1,2]]", "serve.enforce-eager=true"],
+            overrides=[
+                "sweep.points=[[2,8],[1,2]]",
+                "sweep.max_tokens=192",
+                "serve.enforce-eager=true",
+            ],
             out=tmp_path,
             run_id="kill",
             port=port,
