@@ -1,6 +1,6 @@
 """Percentiles and goodput of a point, from its per-request table.
 
-- Percentiles use EvalScope 1.7's rule (floor index ``int(n * p / 100)``, evalscope.md 6.2), so
+- Percentiles use EvalScope 1.7's rule (floor index ``int(n * p / 100)``, docs/evalscope.md §6), so
   the table's p99 TTFT equals EvalScope's own `benchmark_percentile.json` row before rounding.
   They are over successful requests; ITL percentiles are over every inter-chunk gap of every
   successful request (as `vllm bench serve` reports them).

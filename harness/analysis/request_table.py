@@ -20,7 +20,7 @@ in seconds (already multiplied back by the time scale K of a simulated engine):
     gap_s            start of this turn - end of the previous turn of the conversation
     start_epoch      start_s on the epoch clock (null when the offset is unknown)
 
-The EvalScope source is its `benchmark_data.db` (evalscope.md 6.3); its `perf_counter` times are
+The EvalScope source is its `benchmark_data.db` (docs/evalscope.md §6); its `perf_counter` times are
 joined to the epoch through the monotonic/epoch pair the harness records at child start.
 """
 

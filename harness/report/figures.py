@@ -5,7 +5,7 @@ points in sweep order, a bold line through the Pareto frontier (`harness.analysi
 labelled c1…c32 with labels merged where points overlap. Bottom panel: mean running requests per
 configured concurrency (categorical) with one-decimal value labels.
 
-Two definitions (DESIGN.md, "Interactivity has two definitions"):
+Two definitions (docs/metrics.md):
 
 * ``blog``: 1000 / mean TPOT against logical total-token throughput per GPU (the default);
 * ``bench-sweep``: vLLM ``bench sweep``'s output tok/s per user (output throughput / configured

@@ -1,7 +1,7 @@
 """Fit the roofline's free parameters to published series; write a calibration file.
 
 Only the series named in `ARMS` (the two MTP3 series of the blog) are targets. The fit is a
-bounded Nelder-Mead (scipy) in [0, 1]-normalised parameter space, from sim.md section 5's
+bounded Nelder-Mead (scipy) in [0, 1]-normalised parameter space, from docs/simulator.md §5's
 starting values, after a coarse scan of the prefill efficiency (the one parameter whose
 plausible range spans a decade). Deterministic: same inputs, same file (timestamps aside).
 """
@@ -51,8 +51,8 @@ FITTED = (
     "kv_gib_per_gpu",
 )
 MAX_FITTED = 7
-# Starting values: sim.md 5 (0.8 of HBM, ~0.4 of FP8 peak for prefill, 20 % misses, acceptance
-# 2.8 as an estimate), a 20 us floor per kernel group, the served 656 B row (sim.md 3) and the
+# Starting values: docs/simulator.md §5 (0.8 of HBM, ~0.4 of FP8 peak for prefill, 20 % misses, acceptance
+# 2.8 as an estimate), a 20 us floor per kernel group, the served 656 B row (docs/simulator.md §3) and the
 # calculator's KV budget (17.8 GiB).
 START = {
     "hbm_eff": 0.75,
@@ -72,7 +72,7 @@ METRICS = tuple(WEIGHTS)
 # least-squares optimum can trade one point far outside its band for small gains elsewhere.
 TOLERANCE = {"occupancy": 0.10, "interactivity": 0.15, "throughput_per_gpu": 0.15}
 HINGE = 50.0
-# Read-off error of the published values (recipe.md 5): occupancy labels are exact, the Pareto
+# Read-off error of the published values (docs/recipe.md §5): occupancy labels are exact, the Pareto
 # coordinates come from SVG pixels, +-0.5 %.
 READOFF = {"occupancy": 0.0, "interactivity": 0.005, "throughput_per_gpu": 0.005}
 STALLED = 1e6  # loss of parameters under which the simulated engine stalls
@@ -260,7 +260,10 @@ def interval_sigmas(rows: list[dict[str, Any]], n_params: int) -> dict[str, floa
 
 def _start_info(start: Path | None) -> Any:
     if start is None:
-        return {"from": "sim.md 3/5 values (START), prefill_eff scanned", "params": START}
+        return {
+            "from": "docs/simulator.md §3/§5 values (START), prefill_eff scanned",
+            "params": START,
+        }
     return {"from": str(start), "params": yaml.safe_load(start.read_text("utf-8"))["params"]}
 
 
@@ -311,7 +314,7 @@ def write_calibration(
             "sigma_log": interval_sigmas(rows, len(params)),
         },
         "fixed": {
-            "pcie_eff": "roofline default 0.8 (sim.md 5: ~50-55 of 64 GB/s for bulk copies)",
+            "pcie_eff": "roofline default 0.8 (docs/simulator.md §5: ~50-55 of 64 GB/s for bulk copies)",
             "step_overhead_ms": "roofline default 1.0 (host time per step; estimate)",
             "frontend_us_per_token": "roofline default 4.0 (tokenizer, template, hashing)",
         },
@@ -323,7 +326,7 @@ def write_calibration(
             "fitted_to": str(published.relative_to(REPO_ROOT)),
             "fitted_to_sha256": hashlib.sha256(published.read_bytes()).hexdigest(),
             "series": {v: k for k, v in ARMS.items()},
-            "workload": "blog-shaped token counts (recipe.md 6.8)",
+            "workload": "blog-shaped token counts (docs/recipe.md §6)",
             "optimiser": "scipy.optimize.minimize Nelder-Mead, bounded, normalised",
             "loss": "sum of w x log(simulated / published)^2, w = "
             + ", ".join(f"{k} {v}" for k, v in WEIGHTS.items())

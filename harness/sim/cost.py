@@ -21,7 +21,9 @@ GIB = 2**30
 # vLLM runs a TP8 sparse-MLA prefill through the FP8 *decode* kernel (mixed batch mode: the BF16
 # prefill kernel would pad 8 heads per rank to 128; vLLM `v1/attention/backends/mla/
 # flashmla_sparse.py`), so every prefill token gathers its top-K rows like a decode query.
-SERVED_ROW_BYTES = 656  # fp8_ds_mla row: 512 B latent + 16 B scales + 128 B bf16 RoPE (sim.md 3)
+SERVED_ROW_BYTES = (
+    656  # fp8_ds_mla row: 512 B latent + 16 B scales + 128 B bf16 RoPE (docs/simulator.md §3)
+)
 LOGIT_BYTES = 8  # the indexer's fp32 logit per (query, key): written, then read by the top-K
 NVLINK_EFF = 0.8  # NCCL all-reduce bus bandwidth / NVLink peak, fixed (not fitted)
 
@@ -146,7 +148,7 @@ class Roofline:
     attn_flops_per_row: float  # per query token per top-K row, all layers, all heads
     indexer_flops_per_row: float  # per query token per scanned key, all indexer layers
     spec_tokens: int
-    # parameters (FIT_PARAMS); defaults are sim.md 5's starting values
+    # parameters (FIT_PARAMS); defaults are docs/simulator.md §5's starting values
     hbm_eff: float = 0.75
     prefill_eff: float = 0.4
     kernel_floor_us: float = 10.0
@@ -155,7 +157,7 @@ class Roofline:
     miss_rate: float = 0.2
     pcie_eff: float = 0.8
     host_bytes_scale: float = 1.0  # the calculator's layout (`--calibration none`)
-    # Time before the engine sees a request (sim.md 2: the gauge reads below the client's
+    # Time before the engine sees a request (docs/simulator.md §2: the gauge reads below the client's
     # in-flight count for this reason). Estimate: ~1-2 us/token for a fast tokenizer, as much
     # again for the chat template, the API server and hashing the prompt's blocks.
     frontend_us_per_token: float = 4.0

@@ -2,7 +2,7 @@
 
 The capacity model (`launch/models/*.yaml` via `harness.capacity`) owns KV geometry, block bytes
 and weight sizes; these tables hold only what it does not: GPU peak rates and a model's active
-parameters and routing (reference/sim.md section 5). A model or GPU missing here is an error.
+parameters and routing (docs/simulator.md §5). A model or GPU missing here is an error.
 Datasheet peaks only: what fraction of them is reached is a calibrated parameter (cost.py).
 """
 
@@ -37,7 +37,7 @@ class ComputeFacts:
 
 
 GPUS: dict[str, GpuFacts] = {
-    # sim.md 5: H200 SXM 4.8 TB/s, FP8 1,979 TFLOPS dense, PCIe Gen5 x16 64 GB/s, NVLink 450
+    # docs/simulator.md §5: H200 SXM 4.8 TB/s, FP8 1,979 TFLOPS dense, PCIe Gen5 x16 64 GB/s, NVLink 450
     # GB/s per direction, ~15 us per small all-reduce.
     "h200": GpuFacts("h200", 4.8, 1979.0, 64.0, 450.0, 15.0),
     # NVIDIA B200 / B300 (HGX) datasheets: 8 TB/s HBM3e, NVLink 5 at 900 GB/s per direction,
@@ -48,8 +48,8 @@ GPUS: dict[str, GpuFacts] = {
 }
 
 COMPUTE: dict[str, ComputeFacts] = {
-    # sim.md 5: 40.7 B active, 75 MoE layers, top-8 of 256 routed experts of 37.7 M parameters,
-    # vocabulary 154,880; vllm.md 6.1: hidden 6144, indexer 32 heads x 128 dims.
+    # docs/simulator.md §5: 40.7 B active, 75 MoE layers, top-8 of 256 routed experts of 37.7 M parameters,
+    # vocabulary 154,880; docs/vllm.md §6: hidden 6144, indexer 32 heads x 128 dims.
     # Indexer projections (DeepSeek-V3.2 shapes with GLM-5's sizes, estimate): wq_b
     # 2048 x (32 x 128) + wk 6144 x 128 + weights_proj 6144 x 32 = 9.4 M.
     # MTP module (estimate): one MoE decoder layer (165 M attention + 257 x 37.7 M experts)

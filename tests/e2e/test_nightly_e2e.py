@@ -7,7 +7,7 @@ the whole nightly loop on a fresh history, an identical rerun, and a degraded ca
    suspicious ones, or a breach on one value against a one-run history - are rerun once and
    cleared; measured on CI: c4 occupancy 4.00 then 2.00 between identical fresh-server nights).
 3. The same with `--set serve.num-gpu-blocks-override=16 --set serve.max-model-len=1920`
-   (KV pressure, pitfalls.md): a regression naming occupancy (exit 1) and no timing metric,
+   (KV pressure, docs/pitfalls.md): a regression naming occupancy (exit 1) and no timing metric,
    recorded as rejected. (Measured: occupancy -53 % at c4, -74 % at c8; waiting_max 7 at c8.)
 Then `repro regress` on those runs directly (run vs run): exit 0 for a run against itself, the
 nightly's first-pass classes for the rerun, 1 for the degraded one, and the history CLI shows the rejected run. Three sweeps, each with its own

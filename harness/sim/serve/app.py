@@ -4,7 +4,7 @@ Streaming follows vLLM 0.32: the role chunk goes out with the first token, then 
 engine step carrying every token that step emitted (several under MTP), `finish_reason` on the
 last token chunk, a usage chunk (`choices: []`) when `stream_options.include_usage` is set, then
 `data: [DONE]`. With `reasoning_field` the text goes out as `delta.reasoning` (vLLM with a
-reasoning parser), which the pinned EvalScope client drops (pitfalls.md). Generation always runs
+reasoning parser), which the pinned EvalScope client drops (docs/pitfalls.md). Generation always runs
 to `max_tokens`: the engine models no EOS, so `ignore_eos` changes nothing.
 """
 
