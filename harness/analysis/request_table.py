@@ -14,6 +14,9 @@ in seconds (already multiplied back by the time scale K of a simulated engine):
     itl_s            list of inter-chunk gaps of the request
     prompt_tokens    usage.prompt_tokens (the whole re-sent history)
     cached_tokens    EvalScope's estimate: previous turn's prompt + output tokens (0 on turn 1)
+    server_cached_tokens  the server's own count, usage.prompt_tokens_details.cached_tokens
+                     (vLLM sends it only with --enable-prompt-tokens-details; null when the
+                     server gave none or the client did not record it: docs/metrics.md)
     output_tokens    usage.completion_tokens
     success          the request returned a complete stream
     think_s          the pause drawn before this turn (0 on turn 1; null: not recorded)
@@ -50,6 +53,7 @@ COLUMNS = (
     "itl_s",
     "prompt_tokens",
     "cached_tokens",
+    "server_cached_tokens",
     "output_tokens",
     "success",
     "think_s",
@@ -57,6 +61,8 @@ COLUMNS = (
     "start_epoch",
 )
 TABLE_NAME = "requests.parquet"
+# Columns added after tables were first written: a table without one reads as all null.
+LATER_COLUMNS = ("server_cached_tokens",)
 
 
 @dataclass
@@ -73,6 +79,7 @@ class RequestRow:
     success: bool
     itl: list[float] = field(default_factory=list)
     think: float | None = None
+    server_cached: int | None = None  # usage.prompt_tokens_details.cached_tokens, if sent
 
 
 def first_turn_key(messages: Iterable[dict[str, Any]]) -> str:
@@ -135,6 +142,7 @@ def build_table(
                 "itl_s": [g * k for g in row.itl],
                 "prompt_tokens": row.prompt_tokens,
                 "cached_tokens": cached if row.success else None,
+                "server_cached_tokens": row.server_cached if row.success else None,
                 "output_tokens": row.output_tokens,
                 "success": bool(row.success),
                 "think_s": 0.0 if row.turn == 1 else row.think,
@@ -146,7 +154,7 @@ def build_table(
     frame = pd.DataFrame.from_records(records, columns=list(COLUMNS))
     for name in ("conversation", "turn"):
         frame[name] = frame[name].astype("int64")
-    for name in ("prompt_tokens", "cached_tokens", "output_tokens"):
+    for name in ("prompt_tokens", "cached_tokens", "server_cached_tokens", "output_tokens"):
         frame[name] = frame[name].astype("Int64")
     for name in ("start_s", "end_s", "ttft_s", "tpot_s", "latency_s", "think_s", "gap_s"):
         frame[name] = frame[name].astype("float64")
@@ -160,17 +168,43 @@ def build_table(
 # --------------------------------------------------------------------------- EvalScope source
 
 
-def _think_log(path: Path | None) -> dict[tuple[str, int], float]:
-    """(conversation key, turn) -> pause, from the think-time plugin's log (when it ran)."""
-    out: dict[tuple[str, int], float] = {}
+def _log_entries(path: Path | None) -> list[dict[str, Any]]:
     if path is None or not path.exists():
-        return out
+        return []
+    out = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            out.append(entry)
+    return out
+
+
+def _think_log(entries: list[dict[str, Any]]) -> dict[tuple[str, int], float]:
+    """(conversation key, turn) -> pause, from the think-time plugin's pause entries."""
+    out: dict[tuple[str, int], float] = {}
+    for entry in entries:
+        if entry.get("kind", "pause") != "pause":
+            continue
+        try:
             out[(str(entry["key"]), int(entry["turn"]))] = float(entry["pause_s"])
         except (ValueError, KeyError, TypeError):
             continue
+    return out
+
+
+def _server_cached(entries: list[dict[str, Any]]) -> dict[float, int]:
+    """Request start (EvalScope's perf_counter value, exact through JSON) -> the server's
+    cached prompt tokens, from the plugin's usage entries (harness/client/thinktime.py)."""
+    out: dict[float, int] = {}
+    for entry in entries:
+        if entry.get("kind") != "usage":
+            continue
+        start, cached = entry.get("start"), entry.get("server_cached_tokens")
+        if isinstance(start, float) and isinstance(cached, int) and not isinstance(cached, bool):
+            out[start] = cached
     return out
 
 
@@ -201,7 +235,9 @@ def read_evalscope_rows(
     finally:
         con.close()
     keys = keys or {}
-    pauses = _think_log(think_log)
+    entries = _log_entries(think_log)
+    pauses = _think_log(entries)
+    server_cached = _server_cached(entries)
     ordinal: dict[str, int] = {}
     out = []
     for body, start, end, ttft, ok, prompt, completion, itl in rows:
@@ -233,6 +269,7 @@ def read_evalscope_rows(
                 success=bool(ok),
                 itl=gaps,
                 think=pauses.get((key, turn)),
+                server_cached=server_cached.get(float(start)),
             )
         )
     return out
@@ -257,6 +294,9 @@ def read_table(path: Path) -> pd.DataFrame:
         frame = pd.read_parquet(path, engine="pyarrow")
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several unrelated types
         raise RunError(f"{path}: not a per-request table ({type(exc).__name__}: {exc})") from None
+    for name in LATER_COLUMNS:
+        if name not in frame.columns:
+            frame[name] = pd.Series([pd.NA] * len(frame), dtype="Int64")
     missing = [c for c in COLUMNS if c not in frame.columns]
     if missing:
         raise RunError(f"{path}: missing columns {', '.join(missing)}")

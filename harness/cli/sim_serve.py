@@ -58,6 +58,12 @@ def sim() -> None:
 @flag(
     "--reasoning-field", help="Stream the reply as delta.reasoning (vLLM with a reasoning parser)."
 )
+@path_option(
+    "--request-log",
+    dir_okay=False,
+    help="Append one JSON line per finished request (virtual arrival/first-token/end times, "
+    "prompt, cached and output tokens): the server's side of each request.",
+)
 @click.option("--fail-rate", default=0.0, type=FRACTION, help="Fraction of requests -> HTTP 500.")
 @click.option(
     "--truncate-rate",

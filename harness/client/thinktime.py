@@ -22,6 +22,14 @@ Every pause is logged as one JSON line (key, conversation, turn, pause_s, sleep_
 sleep_end on the `perf_counter` clock EvalScope's sqlite uses), so tests and the per-request
 table can check each turn against its drawn pause. Under a simulated engine running K x faster
 than real time, the client sleeps pause / K real seconds (the logged pause is virtual).
+
+Every request (every turn, the first too) also leaves one ``"kind": "usage"`` line: its key,
+turn, `start` (EvalScope's own `start_time`, the value its sqlite stores, so the per-request
+table joins on it exactly) and `server_cached_tokens`, the server's
+`usage.prompt_tokens_details.cached_tokens` (vLLM sends it only when served with
+`--enable-prompt-tokens-details`; null otherwise). EvalScope keeps that number in memory but not
+in its sqlite, and it is the only per-request view of what the server's prefix cache held: the
+client's own figure is an estimate that cannot show cache a pause lost (docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -75,34 +83,47 @@ class ThinkTimeOpenaiPlugin(OpenaiPlugin):
     async def process_request(self, client_session, url, headers, body):
         settings = type(self).settings
         messages = body.get("messages") if isinstance(body, dict) else None
-        if settings is not None and isinstance(messages, list):
-            turn = 1 + sum(
-                1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant"
+        if settings is None or not isinstance(messages, list):
+            return await super().process_request(client_session, url, headers, body)
+        turn = 1 + sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+        key = first_turn_key(messages)
+        if turn > 1:
+            conversation = settings.conversation(key)
+            pause = settings.table.pause(conversation, turn)
+            sleep_start = time.perf_counter()
+            await asyncio.sleep(pause / settings.time_scale)
+            settings.record(
+                {
+                    "kind": "pause",
+                    "key": key,
+                    "conversation": conversation,
+                    "turn": turn,
+                    "pause_s": pause,
+                    "sleep_start": sleep_start,
+                    "sleep_end": time.perf_counter(),
+                }
             )
-            if turn > 1:
-                key = first_turn_key(messages)
-                conversation = settings.conversation(key)
-                pause = settings.table.pause(conversation, turn)
-                sleep_start = time.perf_counter()
-                await asyncio.sleep(pause / settings.time_scale)
-                settings.record(
-                    {
-                        "key": key,
-                        "conversation": conversation,
-                        "turn": turn,
-                        "pause_s": pause,
-                        "sleep_start": sleep_start,
-                        "sleep_end": time.perf_counter(),
-                    }
-                )
-        return await super().process_request(client_session, url, headers, body)
+        output = await super().process_request(client_session, url, headers, body)
+        cached = getattr(output, "real_cached_tokens", None)
+        settings.record(
+            {
+                "kind": "usage",
+                "key": key,
+                "turn": turn,
+                "start": getattr(output, "start_time", None),
+                "server_cached_tokens": cached if isinstance(cached, int) else None,
+            }
+        )
+        return output
 
 
-def read_log(path: Path) -> list[dict[str, Any]]:
-    """The plugin's pause log ([] when it paused nothing)."""
+def read_log(path: Path, kind: str = "pause") -> list[dict[str, Any]]:
+    """The plugin's log entries of one kind: ``pause`` ([] when it paused nothing) or
+    ``usage`` (one per request)."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    entries = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return [e for e in entries if e.get("kind", "pause") == kind]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -31,6 +31,7 @@ class ServeOptions:
     time_scale: float = DEFAULT_TIME_SCALE
     reasoning_field: bool = False
     faults: Faults = field(default_factory=Faults)
+    request_log: Path | None = None  # one JSON line per finished request (RequestLog)
 
 
 def sim_dataset_for(profile_dataset: str) -> str:
@@ -83,6 +84,43 @@ def _prewarm(counter: Any, dataset: str) -> None:
     )
 
 
+class RequestLog:
+    """The server's own record of every finished request, one JSON line each, in virtual
+    seconds: what the engine saw, beside what the client measured (e.g. the idle time between
+    two turns of a conversation under think time, and the prefix it still held afterwards).
+
+    Keys: ``rid``; ``prefix`` (the engine's prefix-cache key: requests sharing a first block,
+    i.e. one conversation); ``arrival_s``, ``first_token_s``, ``end_s`` on the engine's virtual
+    clock; ``prompt_tokens``; ``cached_tokens`` (prompt tokens served from the cache, the
+    number the usage chunk reports); ``output_tokens``.
+    """
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "a", encoding="utf-8", buffering=1)  # open for the server's life
+
+    def write(self, handle: Any) -> None:
+        req = handle.req
+        end = req.arrival + (handle.e2e_s or 0.0)
+        entry = {
+            "rid": req.rid,
+            "prefix": req.conv,
+            "arrival_s": req.arrival,
+            "first_token_s": req.arrival + handle.ttft_s if handle.ttft_s is not None else None,
+            "end_s": end,
+            "prompt_tokens": handle.prompt.tokens,
+            "cached_tokens": handle.cached_tokens,
+            "output_tokens": req.out,
+        }
+        self._file.write(json.dumps(entry, separators=(",", ":")) + "\n")
+
+
+def read_request_log(path: Path) -> list[dict[str, Any]]:
+    """A RequestLog's entries, in the order the requests finished."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line]
+
+
 def build_state(opts: ServeOptions) -> Any:
     from harness.serve.profiles import load_profile
     from harness.sim.serve.app import ServeState, dispatcher
@@ -111,11 +149,15 @@ def build_state(opts: ServeOptions) -> Any:
     if opts.dataset or not opts.tokenizer:
         _prewarm(counter, dataset)
     emit_box: list[Any] = []  # the dispatcher needs the state, the state needs the engine
+    log = RequestLog(opts.request_log) if opts.request_log is not None else None
+
+    def finished(handle: Any) -> None:
+        metrics.observe(handle)
+        if log is not None:
+            log.write(handle)
+
     live = LiveEngine(
-        engine,
-        time_scale=opts.time_scale,
-        emit=lambda ev: emit_box[0](ev),
-        on_finish=lambda h: metrics.observe(h),
+        engine, time_scale=opts.time_scale, emit=lambda ev: emit_box[0](ev), on_finish=finished
     )
     info = {
         "block_size": str(engine.policy.block_tokens),
