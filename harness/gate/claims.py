@@ -184,8 +184,10 @@ def _points(run: Run, selector: str) -> list[list[PointRecord]]:
 def _value(group: list[PointRecord], operand: Operand) -> float | None:
     if operand.field is not None:
         return float(getattr(group[0], operand.field))
-    values = [p.metrics.get(operand.metric) for p in group if p.valid]
-    values = [float(v) for v in values if v is not None]
+    assert operand.metric is not None  # the validator: exactly one of metric or field
+    values = [
+        float(v) for p in group if p.valid and (v := p.metrics.get(operand.metric)) is not None
+    ]
     return statistics.median(values) if values else None
 
 
@@ -218,9 +220,11 @@ def _check_outcome(claim: Claim, run: Run) -> ClaimResult:
 def _check_one(claim: Claim, runs_by_arm: dict[str, Run]) -> ClaimResult:
     assert claim.left is not None and claim.op is not None  # the validator's comparison form
     compare = OPS[claim.op]
-    right_value: float | None = claim.value
-    right_text = f"{claim.value:g}" if claim.value is not None else ""
-    if claim.right is not None:
+    if claim.right is None:
+        assert claim.value is not None  # the validator: exactly one of value or right
+        right_value = claim.value
+        right_text = f"{claim.value:g}"
+    else:
         groups = _points(runs_by_arm[claim.right.arm], claim.right.point)
         if not groups:
             return ClaimResult(

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cluster.options import SlurmOptions
-from harness.errors import ReproError
+from harness.errors import ReproError, RunError
 from harness.gate.claims import ClaimResult, claims_exit_code, render_claims, run_claims
 from harness.gate.history import History, history_key
 from harness.gate.order import ArmOrder, order_arms, reference_note
@@ -58,7 +58,7 @@ from harness.gate.regress import (
 )
 from harness.paths import dashboards_dir, results_dir
 from harness.report.dashboard import write_report
-from harness.results import atomic_write_json, atomic_write_text, load_run
+from harness.results import Run, atomic_write_json, atomic_write_text, load_run
 from harness.run.sweep import SweepRequest, run_sweep
 from harness.serve.builds import ensure_build
 from harness.serve.profiles import load_profile
@@ -77,6 +77,12 @@ class ArmResult:
     error: str | None = None
     history_state: str | None = None
     notes: list[str] = field(default_factory=list)
+
+    def load(self) -> Run:
+        """This arm's run (the sweep names its directory before it starts)."""
+        if self.run_dir is None:
+            raise RunError(f"nightly arm {self.profile}: no run directory was assigned")
+        return load_run(self.run_dir)
 
 
 @dataclass
@@ -171,7 +177,7 @@ def judge_arm(
     rerun: Callable[[list[str]], Path],
     echo: Echo,
 ) -> None:
-    run = load_run(arm.run_dir)
+    run = arm.load()
     policy = choose_policy(run, policy_path)
     # The nightly's --set values are part of the candidate (like the build): same series.
     arm.key = history_key(run.manifest.model_dump(mode="json"), include_overrides=False)
@@ -185,7 +191,11 @@ def judge_arm(
     label = f"history {arm.key} (median of {len(entries)} accepted run(s))"
     baselines = [e.view() for e in entries]
     verdict = evaluate(view_from_run(run), baselines, policy, baseline_label=label)
-    flagged = {r.parallel: r.point for r in verdict.rows if provisional(r) and r.scope == "point"}
+    flagged = {
+        r.parallel: r.point
+        for r in verdict.rows
+        if provisional(r) and r.scope == "point" and r.parallel is not None
+    }
     labels = [flagged[p] for p in sorted(flagged)]
     if labels:
         echo(f"{arm.profile}: provisional at {', '.join(labels)}; rerunning those points once")
@@ -253,8 +263,8 @@ def run_nightly(
                     ),
                     echo=echo,
                 )
-            elif isinstance(jobs[name], ReproError):
-                raise jobs[name]
+            elif isinstance(job := jobs[name], ReproError):
+                raise job
 
             def rerun(labels: list[str], name: str = name, sets: list[str] = arm_sets) -> Path:
                 return sweep(
@@ -367,9 +377,9 @@ def record_arm(arm: ArmResult, history: History) -> None:
     if arm.status in ("regression", "error"):
         state = "rejected"
         reason = (
-            f"nightly: {arm.error}"
-            if arm.error
-            else ("nightly: regression in " + ", ".join(arm.verdict.regressed_metrics()))
+            "nightly: regression in " + ", ".join(arm.verdict.regressed_metrics())
+            if arm.verdict is not None and not arm.error
+            else f"nightly: {arm.error or arm.status}"
         )
     else:
         state, reason = "accepted", f"nightly: {arm.status}"
@@ -461,7 +471,7 @@ _NEW_ARM_METRICS = (
 
 def _new_arm_table(arm: ArmResult) -> list[str]:
     """The first night of a series has no verdict: show what became the baseline."""
-    run = load_run(arm.run_dir)
+    run = arm.load()
     lines = [
         f"### {arm.profile}: 🆕 baseline",
         "",

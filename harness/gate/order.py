@@ -31,11 +31,16 @@ class ArmOrder:
     checked: bool = True  # False: the profile has no coherence: block
 
 
-def _needs(arms: Sequence[str], overrides: Sequence[str], references_dir: Path | None) -> dict:
+_Need = tuple[str, str | None, str | None, bool]
+
+
+def _needs(
+    arms: Sequence[str], overrides: Sequence[str], references_dir: Path | None
+) -> dict[str, _Need]:
     """Per arm: (profile name, its reference, tonight's arm it waits for or None, checked)."""
     names = {arm: load_profile(arm, overrides).name for arm in arms}
     by_name = {name: arm for arm, name in names.items()}
-    needs = {}
+    needs: dict[str, _Need] = {}
     for arm in arms:
         profile = load_profile(arm, overrides)
         if profile.coherence is None:

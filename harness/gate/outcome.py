@@ -10,9 +10,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from harness.results import Run
+from harness.results import Run, RunManifest
 
 Status = Literal["holds", "fails"]
 
@@ -33,16 +33,21 @@ def served(run: Run, min_prompt_tokens: int | None) -> tuple[Status, str]:
     parts = []
     for point in run.points:
         c = point.client
-        text = f"{point.label}: {c.success_requests}/{c.total_requests} requests succeeded"
-        if c.avg_input_tokens is not None:
-            text += f", mean prompt {c.avg_input_tokens:,.0f} tokens"
         bad = []
         if not point.valid:
             bad.append("invalid (" + "; ".join(point.invalid_reasons) + ")")
-        if c.failed_requests or not c.total_requests or c.success_requests != c.total_requests:
-            bad.append("not every request succeeded")
-        if min_prompt_tokens is not None and (c.avg_input_tokens or 0) < min_prompt_tokens:
-            bad.append(f"mean prompt below {min_prompt_tokens:,}")
+        if c is None:
+            # A point whose client never wrote a summary served nothing the claim can count.
+            text = f"{point.label}: no client summary"
+            bad.append("has no client summary")
+        else:
+            text = f"{point.label}: {c.success_requests}/{c.total_requests} requests succeeded"
+            if c.avg_input_tokens is not None:
+                text += f", mean prompt {c.avg_input_tokens:,.0f} tokens"
+            if c.failed_requests or not c.total_requests or c.success_requests != c.total_requests:
+                bad.append("not every request succeeded")
+            if min_prompt_tokens is not None and (c.avg_input_tokens or 0) < min_prompt_tokens:
+                bad.append(f"mean prompt below {min_prompt_tokens:,}")
         parts.append(text + ("  <-- " + ", ".join(bad) if bad else ""))
         problems += [f"{point.label} {b}" for b in bad]
     detail = "; ".join(parts) or "no points"
@@ -66,5 +71,5 @@ def refused(run: Run, reason: str | None) -> tuple[Status, str]:
     return "holds", where
 
 
-def _reason(man: Any) -> str:
+def _reason(man: RunManifest) -> str:
     return str((man.start_failure or {}).get("reason") or "no reason recorded")

@@ -76,14 +76,16 @@ class Policy(_Strict):
                 raise ValueError(f"metrics.{key}: unknown metric (known: {known})")
             if rule.direction is None and METRICS[key].better is None:
                 raise ValueError(f"metrics.{key}: no default direction; set direction")
-        rule = self.curves.get("throughput_at_interactivity")
-        if rule is not None and not rule.at:
+        curve = self.curves.get("throughput_at_interactivity")
+        if curve is not None and not curve.at:
             raise ValueError("curves.throughput_at_interactivity.at: give at least one value")
         return self
 
     def direction(self, metric: str) -> Literal["higher", "lower"]:
-        rule = self.metrics[metric]
-        return rule.direction or METRICS[metric].better  # type: ignore[return-value]
+        direction = self.metrics[metric].direction or METRICS[metric].better
+        if direction is None:  # _known_metrics refuses such a policy when it is loaded
+            raise ValueError(f"metrics.{metric}: no default direction; set direction")
+        return direction
 
     def band(self, rule: MetricRule | CurveRule) -> float:
         return rule.suspicious_band if rule.suspicious_band is not None else self.suspicious_band

@@ -47,6 +47,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from harness.analysis import frontier
@@ -464,7 +465,12 @@ def _curve_rows(
     cand_curves = _curves_per_repeat(candidate)
     base_curves = [_median_curve(b) for b in baselines]
 
-    def add(metric: str, variant: str, rule: CurveRule, fn: Callable[[list], float | None]) -> None:
+    def add(
+        metric: str,
+        variant: str,
+        rule: CurveRule,
+        fn: Callable[[list[frontier.Point]], float | None],
+    ) -> None:
         cand_values = [v for v in (fn(c) for c in cand_curves) if v is not None]
         base_values = [v for v in (fn(c) for c in base_curves) if v is not None]
         base_value, cand_value, ci, spread = reduce_side(
@@ -513,7 +519,7 @@ def _curve_rows(
                 "throughput_at_interactivity",
                 f"@{x:g}",
                 at_rule,
-                lambda pts, x=x: frontier.throughput_at(pts, x),
+                partial(frontier.throughput_at, interactivity=x),
             )
     return rows
 

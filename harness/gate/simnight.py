@@ -23,12 +23,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness import __version__
-from harness.errors import ConfigError, ReproError
+from harness.errors import ConfigError, ReproError, RunError
 from harness.gate.claims import ClaimResult, claims_exit_code, render_claims, run_claims
 from harness.gate.nightly import publish_summary
 from harness.paths import REPO_ROOT, dashboards_dir, results_dir
@@ -37,7 +37,7 @@ from harness.results import Run, atomic_write_text, load_run
 from harness.sim.run import run_simulation
 
 Echo = Callable[[str], None]
-ACCEPTED_SCHEMA = "repro.sim-accepted/1"
+ACCEPTED_SCHEMA: Final = "repro.sim-accepted/1"
 DEFAULT_ACCEPTED = REPO_ROOT / "launch" / "history" / "sim-glm53-h200.jsonl"
 DEFAULT_CALIBRATION = REPO_ROOT / "launch" / "calibrations" / "glm53-h200.yaml"
 DEFAULT_CLAIMS = REPO_ROOT / "launch" / "claims" / "glm53-blog.yaml"
@@ -84,6 +84,12 @@ class SimArm:
     input_changes: list[str] = field(default_factory=list)
     accepted: AcceptedEntry | None = None
     error: str | None = None
+
+    def load(self) -> Run:
+        """This arm's simulated run (its directory is named before the simulation starts)."""
+        if self.run_dir is None:
+            raise RunError(f"simulated arm {self.profile}: no run directory was assigned")
+        return load_run(self.run_dir)
 
 
 @dataclass
@@ -244,7 +250,7 @@ def entry_for(arm: str, run: Run, reason: str) -> AcceptedEntry:
 
 
 def judge_sim_arm(arm: SimArm, entries: Sequence[AcceptedEntry]) -> None:
-    run = load_run(arm.run_dir)
+    run = arm.load()
     arm.accepted = last_accepted(entries, arm.profile)
     if arm.accepted is None:
         arm.status = "new"
@@ -320,7 +326,7 @@ def run_sim_nightly(
 def _accept(result: SimNightly, reason: str, echo: Echo) -> None:
     """Append the arms that are new or changed; identical arms need no new entry."""
     new = [
-        entry_for(a.profile, load_run(a.run_dir), reason)
+        entry_for(a.profile, a.load(), reason)
         for a in result.arms
         if a.status in ("new", "changed")
     ]
