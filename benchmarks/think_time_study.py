@@ -4,8 +4,10 @@ Think time 0 / 5 / 30 / 120 s (exponential, seeded) x the two MTP3 arms (hispars
 offload512) x c8-c64 on the blog-shaped workload (128 conversations x 13 turns, 74,160 + 753
 tokens, 220-token replies), objectives ttft=2s,tpot=70ms. Prints, per arm and pause: occupancy,
 median TTFT of turns >= 2, p90 TTFT, goodput and attainment per point, and the highest
-concurrency meeting the objectives for >= 90 % of requests; writes every run under OUT and one
-dashboard (the per-turn figures, TTFT CDFs and KV transfer per point of all runs).
+concurrency meeting the objectives for >= 90 % of requests; writes every run under OUT, the
+study's figure (occupancy, TTFT by turn at c32 and goodput per arm and think time,
+harness/report/think_time.py) as HTML and, when kaleido and a Chromium are there, PNG, and one
+dashboard that shows it beside the per-turn figures, TTFT CDFs and KV transfer of all runs.
 
 These are simulator predictions, to be tested on the GPU day, not measurements.
 
@@ -22,6 +24,8 @@ from harness.analysis.goodput import max_concurrency_meeting
 from harness.analysis.point_table import point_table
 from harness.paths import REPO_ROOT
 from harness.report.dashboard import write_report
+from harness.report.images import ExportError, export_figures
+from harness.report.think_time import think_time_figure
 from harness.results import load_run
 from harness.sim.run import run_simulation
 
@@ -63,6 +67,7 @@ def main() -> None:
                   f"highest c meeting {SLO} for >= 90 %: {best}")  # fmt: skip
             for p in run.points:
                 table = point_table(run.root, p.point_id)
+                assert table is not None  # the simulator always keeps the table
                 later = table[(table["turn"] > 1) & table["success"]]
                 m = p.metrics
                 print(
@@ -77,6 +82,15 @@ def main() -> None:
     page = write_report(
         runs, out=out / f"think-time-study-{stamp}.html", title="Think-time study (simulated)"
     )
+    figure = think_time_figure([load_run(r) for r in runs], title="Think-time study (simulated)")
+    assert figure is not None  # four think times per arm
+    stem = out / f"think-time-study-{stamp}-figure"
+    written = export_figures([(figure, stem.with_suffix(".html"))])
+    try:
+        written += export_figures([(figure, stem.with_suffix(".png"))])
+    except ExportError as exc:
+        print(f"no static image: {exc}")
+    print(f"figure {', '.join(str(p) for p in written)}")
     print(f"total {time.perf_counter() - start:.1f} s; dashboard {page}")
 
 

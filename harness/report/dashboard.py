@@ -41,6 +41,8 @@ from harness.report.figures import Series, figure_title, load_published, pareto_
 from harness.report.per_turn import per_turn_figures
 from harness.report.predicted import predicted_tables
 from harness.report.tables import curve_table, fmt_cell, point_tables, provenance, when
+from harness.report.think_time import CAPTION as THINK_TIME_CAPTION
+from harness.report.think_time import think_time_figure
 from harness.report.timeseries import timeseries_figures
 from harness.results import Run, atomic_write_text, load_run
 
@@ -195,6 +197,9 @@ def render_report(
     capacity, capacity_notes = capacity_section(runs, [s.name for s in series], len(figures))
     # per-request tables: TTFT / prefix hit by turn, TTFT CDF, KV transfer (report/per_turn.py)
     figures += [_embedded(f"per-turn-{i}", c, f) for i, c, f in per_turn_figures(runs)]
+    study = think_time_figure(runs)  # runs that vary think time (report/think_time.py)
+    if study is not None:
+        figures.append(_embedded("think-time-study", THINK_TIME_CAPTION, study))
     timeseries = [
         _embedded(f"timeseries-{index}", caption, fig)
         for index, caption, fig in timeseries_figures(runs, series)

@@ -3,8 +3,11 @@
 - TTFT by turn index, per arm (run) and point: the median TTFT of turn t over the point's
   successful requests. Under think time this is where an idle session's evicted or offloaded
   blocks show: its next turn pays for them.
-- Prefix-cache hit by turn index: cached / prompt tokens of turn t (EvalScope's client
-  estimate, previous prompt + reply; the server's own hit rate per point is in the tables).
+- Prefix-cache hit by turn index: cached / prompt tokens of turn t. The cached count is the
+  server's own (`server_cached_tokens`: vLLM's usage.prompt_tokens_details.cached_tokens, kept
+  when the think-time client ran against a server sending it) wherever a point has it, else
+  EvalScope's client estimate (previous prompt + reply), which cannot show cache a pause lost;
+  each trace says which it used.
 - TTFT CDF per arm and point (all successful requests).
 - KV transfer per point: the offloading connector's loads and stores and HiSparse's host-to-
   device bytes (server counters over the point), beside the per-turn figures.
@@ -44,14 +47,27 @@ def _tables(runs: Sequence[Run]) -> list[tuple[str, str, pd.DataFrame]]:
     return out
 
 
+SERVER_SOURCE, CLIENT_SOURCE = "server", "client estimate"
+
+
+def cached_source(table: pd.DataFrame) -> str:
+    """Where a point's cached-token counts come from: the server's, when every successful
+    request of the point has one, else EvalScope's estimate (a mix would not add up)."""
+    if "server_cached_tokens" not in table.columns or table.empty:
+        return CLIENT_SOURCE
+    return SERVER_SOURCE if table["server_cached_tokens"].notna().all() else CLIENT_SOURCE
+
+
 def by_turn(table: pd.DataFrame) -> pd.DataFrame:
-    """Per turn index: median TTFT (ms), requests, and cached / prompt tokens."""
+    """Per turn index: median TTFT (ms), requests, and cached / prompt tokens (the cached
+    count from `cached_source`)."""
+    column = "server_cached_tokens" if cached_source(table) == SERVER_SOURCE else "cached_tokens"
     grouped = table.groupby("turn")
     return pd.DataFrame(
         {
             "ttft_ms": grouped["ttft_s"].median() * 1000.0,
             "requests": grouped.size(),
-            "hit": grouped["cached_tokens"].sum().astype(float)
+            "hit": grouped[column].sum().astype(float)
             / grouped["prompt_tokens"].sum().replace(0, np.nan).astype(float),
         }
     )
@@ -88,21 +104,24 @@ def ttft_by_turn_figure(tables: list[tuple[str, str, pd.DataFrame]]) -> go.Figur
 
 def prefix_hit_by_turn_figure(tables: list[tuple[str, str, pd.DataFrame]]) -> go.Figure:
     fig = go.Figure()
+    sources = set()
     for run, label, table in tables:
         rows = by_turn(table)
+        source = cached_source(table)
+        sources.add(source)
         fig.add_trace(
             go.Scatter(
                 x=rows.index.tolist(),
                 y=rows["hit"].tolist(),
                 mode="lines+markers",
-                name=f"{run} · {label}",
-                hovertemplate="turn %{x}: %{y:.1%} of prompt tokens cached",
+                name=f"{run} · {label} ({source})",
+                meta=source,
+                hovertemplate=f"turn %{{x}}: %{{y:.1%}} of prompt tokens cached ({source})",
             )
         )
     fig.update_yaxes(tickformat=".0%", range=[0, 1.02])
-    return _layout(
-        fig, "Prefix-cache hit by turn index (client estimate)", "turn", "cached / prompt tokens"
-    )
+    title = f"Prefix-cache hit by turn index ({' and '.join(sorted(sources))})"
+    return _layout(fig, title, "turn", "cached / prompt tokens")
 
 
 def ttft_cdf_figure(tables: list[tuple[str, str, pd.DataFrame]]) -> go.Figure:
@@ -149,8 +168,10 @@ CAPTIONS = {
     "ttft-turn": "Median TTFT of each turn index, per run and point (per-request tables). "
     "Under think time, a session whose blocks left the GPU during its pause pays on its next "
     "turn.",
-    "hit-turn": "Prefix-cache hit by turn index: cached ÷ prompt tokens, EvalScope's client "
-    "estimate (previous prompt + reply). The server's own hit rate per point is in the tables.",
+    "hit-turn": "Prefix-cache hit by turn index: cached ÷ prompt tokens. Traces marked (server) "
+    "use the server's cached tokens per request (vLLM's usage.prompt_tokens_details, recorded "
+    "by the think-time client); (client estimate) is EvalScope's previous prompt + reply, "
+    "which cannot show cache a pause lost. The server's hit rate per point is in the tables.",
     "ttft-cdf": "TTFT CDF per run and point: the share of successful requests at or below each "
     "TTFT.",
     "transfer": "KV transfer per point from the server's counters: offloading connector loads "
