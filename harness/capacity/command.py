@@ -10,6 +10,7 @@ from typing import Any
 from harness.capacity.deployment import (
     DEFAULT_INDEXER_OFFLOAD_GIB,
     DEFAULT_SYSTEM_RAM_GIB,
+    BlockOverrides,
     make_deployment,
 )
 from harness.capacity.formulas import DEFAULT_SEQ_LEN, evaluate_many, parse_seq_range
@@ -18,17 +19,22 @@ from harness.errors import ConfigError
 
 # Options that describe the deployment; with --run the run's profile supplies them instead.
 _TOPOLOGY = ("tp", "dp", "ep", "kv_dtype", "max_seqs", "hot_rows", "spec_tokens", "host_pool_gib")
-_ADVANCED = (
-    "baseline_block_bytes",
-    "hisparse_block_bytes",
-    "host_block_bytes",
-    "baseline_block_tokens",
-    "gpu_block_tokens",
-    "host_block_tokens",
-    "groups",
-    "retained_pages",
-    "other_gpu_blocks",
-)
+_ADVANCED = tuple(BlockOverrides.__annotations__)
+
+
+def _advanced(options: dict[str, Any]) -> BlockOverrides:
+    """The block-size and pool-shape options (None where not given: the model file's value)."""
+    return BlockOverrides(
+        baseline_block_bytes=options.get("baseline_block_bytes"),
+        hisparse_block_bytes=options.get("hisparse_block_bytes"),
+        host_block_bytes=options.get("host_block_bytes"),
+        baseline_block_tokens=options.get("baseline_block_tokens"),
+        gpu_block_tokens=options.get("gpu_block_tokens"),
+        host_block_tokens=options.get("host_block_tokens"),
+        groups=options.get("groups"),
+        retained_pages=options.get("retained_pages"),
+        other_gpu_blocks=options.get("other_gpu_blocks"),
+    )
 
 
 def _seq_lens(options: dict[str, Any]) -> list[int]:
@@ -63,7 +69,7 @@ def run_capacity(options: dict[str, Any], echo: Callable[[str], None] = print) -
         system_ram_gib=_or(options.get("system_ram_gib"), DEFAULT_SYSTEM_RAM_GIB),
         share_host=bool(options.get("share_host", True)),
         kv_gib_per_gpu=options.get("kv_gib_per_gpu"),
-        **{k: options.get(k) for k in _ADVANCED},
+        **_advanced(options),
     )
     concurrency = options.get("bar_concurrency")
     if concurrency is not None and concurrency < 0:

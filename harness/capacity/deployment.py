@@ -4,11 +4,12 @@ against the model file and validated (`make_deployment`), with the memory facts 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import TypedDict
 
-from harness.capacity.model import KvDtype, ModelSpec, load_model
+from harness.capacity.model import KvDtype, KvLayout, ModelSpec, load_model
 from harness.errors import ConfigError
 
 GIB = 2**30
@@ -18,6 +19,7 @@ GPU_PRESETS_GB: dict[str, float] = {"h200": 141.0, "b200": 180.0, "b300": 288.0}
 MAX_HOT_ROWS = 32768
 DEFAULT_INDEXER_OFFLOAD_GIB = 128.0
 DEFAULT_SYSTEM_RAM_GIB = 4096.0
+_KV_DTYPES: dict[str, KvDtype] = {"fp8": "fp8", "bf16": "bf16"}
 
 
 def js_to_fixed(value: float, digits: int) -> float:
@@ -211,24 +213,51 @@ def _pick(name: str, value: int | None, default: int, minimum: int = 1) -> int:
     return chosen
 
 
-def _block_geometry(spec: ModelSpec, layout: Any, given: dict[str, int | None]) -> dict[str, int]:
+class BlockOverrides(TypedDict, total=False):
+    """`repro capacity`'s advanced options: block sizes and pool shapes (None: the model's)."""
+
+    baseline_block_bytes: int | None
+    hisparse_block_bytes: int | None
+    host_block_bytes: int | None
+    baseline_block_tokens: int | None
+    gpu_block_tokens: int | None
+    host_block_tokens: int | None
+    groups: int | None
+    retained_pages: int | None
+    other_gpu_blocks: int | None
+
+
+class _Geometry(TypedDict):
+    baseline_block_bytes: int
+    hisparse_block_bytes: int
+    host_block_bytes: int
+    baseline_block_tokens: int
+    gpu_block_tokens: int
+    host_block_tokens: int
+    hot_groups: int
+    retained_pages: int
+    other_gpu_blocks: int
+
+
+def _block_geometry(
+    spec: ModelSpec, layout: KvLayout, given: Mapping[str, int | None]
+) -> _Geometry:
     """Block sizes and pool shapes: the model file's values unless overridden (``given``)."""
-    defaults = {
-        "baseline_block_bytes": (layout.baseline_block_bytes, 1),
-        "hisparse_block_bytes": (layout.hisparse_block_bytes, 1),
-        "host_block_bytes": (layout.host_block_bytes, 1),
-        "baseline_block_tokens": (spec.block_tokens.baseline, 1),
-        "gpu_block_tokens": (spec.block_tokens.gpu, 1),
-        "host_block_tokens": (spec.block_tokens.host, 1),
-        "groups": (spec.hot_groups, 1),
-        "retained_pages": (spec.retained_pages_per_group, 0),
-        "other_gpu_blocks": (spec.other_gpu_blocks, 0),
-    }
-    out = {}
-    for key, (default, minimum) in defaults.items():
-        out[key] = _pick(key.replace("_", "-"), given[key], default, minimum)
-    out["hot_groups"] = out.pop("groups")
-    return out
+
+    def pick(key: str, default: int, minimum: int = 1) -> int:
+        return _pick(key.replace("_", "-"), given[key], default, minimum)
+
+    return _Geometry(
+        baseline_block_bytes=pick("baseline_block_bytes", layout.baseline_block_bytes),
+        hisparse_block_bytes=pick("hisparse_block_bytes", layout.hisparse_block_bytes),
+        host_block_bytes=pick("host_block_bytes", layout.host_block_bytes),
+        baseline_block_tokens=pick("baseline_block_tokens", spec.block_tokens.baseline),
+        gpu_block_tokens=pick("gpu_block_tokens", spec.block_tokens.gpu),
+        host_block_tokens=pick("host_block_tokens", spec.block_tokens.host),
+        hot_groups=pick("groups", spec.hot_groups),
+        retained_pages=pick("retained_pages", spec.retained_pages_per_group, 0),
+        other_gpu_blocks=pick("other_gpu_blocks", spec.other_gpu_blocks, 0),
+    )
 
 
 def make_deployment(
@@ -264,9 +293,10 @@ def make_deployment(
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     gpu_name, gpu_bytes, gpu_gib = _gpu_memory(gpu, hbm_gib)
     _check_parallelism(spec, tp, dp, ep)
-    if kv_dtype not in ("fp8", "bf16"):
+    dtype = _KV_DTYPES.get(kv_dtype)
+    if dtype is None:
         raise ConfigError(f"--kv-dtype {kv_dtype!r}: choose fp8 or bf16")
-    layout = spec.layout(kv_dtype)  # type: ignore[arg-type]
+    layout = spec.layout(dtype)
     rows = spec.default_hot_rows if hot_rows is None else hot_rows
     notes = _check_hot_rows(spec, rows, spec_tokens)
     util = spec.gpu_memory_utilization if gpu_memory_utilization is None else gpu_memory_utilization
@@ -295,7 +325,7 @@ def make_deployment(
         tp=tp,
         dp=dp,
         ep=ep,
-        kv_dtype=kv_dtype,  # type: ignore[arg-type]
+        kv_dtype=dtype,
         max_seqs=seqs,
         hot_rows=rows,
         spec_tokens=spec_tokens,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from harness.capacity.deployment import GIB, Deployment
 from harness.capacity.formulas import CHART_SEQ_LENS, SeqResult, Variant, chart_curve
 from harness.capacity.measured import RunComparison, compare_run
-from harness.results import atomic_write_text
+from harness.results import Run, atomic_write_text
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -67,7 +67,7 @@ def concurrency_figure(
             hovertemplate=hover,
         )
     )
-    peak = max([1] + [p[1] for p in default] + [p[2] for p in default])
+    peak: float = max([1] + [p[1] for p in default] + [p[2] for p in default])
     if dep.mtp_rows is not None:
         mtp = chart_curve(dep, dep.mtp_rows, grid)
         peak = max(peak, *(p[2] for p in mtp))
@@ -196,19 +196,18 @@ def capacity_figures(
     dep: Deployment | None = None,
     *,
     results: Sequence[SeqResult] = (),
-    run: object | None = None,
+    run: Run | Path | str | RunComparison | None = None,
     measured: Sequence[tuple[float, float, str]] = (),
-    **run_options: object,
 ) -> list[go.Figure]:
     """Figures the dashboard can embed: the concurrency curve, then composition bars.
 
     Give a Deployment (and optionally evaluated `results`), or `run` (a `harness.results.Run`, a
-    run directory, or a `RunComparison`; `run_options` go to `compare_run`, e.g. gpu="b200"):
+    run directory, or a `RunComparison`: `compare_run(run, gpu="b200")` for other options):
     the run's profile selects the model and topology and its measured occupancy is marked on
     the curve. A run whose model has no capacity file raises `NoCapacityModel` (a ConfigError).
     """
     if run is not None:
-        comparison = run if isinstance(run, RunComparison) else compare_run(run, **run_options)
+        comparison = run if isinstance(run, RunComparison) else compare_run(run)
         dep = comparison.deployment
         results = comparison.results
         measured = comparison.markers()

@@ -288,8 +288,9 @@ def _dataset_json_contexts(path: Path, points: list[PointRecord]) -> dict[str, l
         for index in point.conversations or range(len(conversations)):
             turns = conversations[index % len(conversations)][: point.turns or None]
             counts = [t.get("prompt_tokens") for t in turns if isinstance(t, dict)]
-            if counts and all(isinstance(c, int | float) for c in counts):
-                rows.append([float(c) for c in counts])
+            numbers = [float(c) for c in counts if isinstance(c, int | float)]
+            if counts and len(numbers) == len(counts):
+                rows.append(numbers)
         if rows:
             out[point.point_id] = rows
     return out
@@ -310,9 +311,10 @@ def _manifest_contexts(manifest: Any, points: list[PointRecord]) -> dict[str, li
         if not isinstance(turns, list):
             return {}
         values = [t.get("templated_prompt_tokens") for t in turns if isinstance(t, dict)]
-        if not values or not all(isinstance(v, int | float) for v in values):
+        numbers = [float(v) for v in values if isinstance(v, int | float)]
+        if not values or len(numbers) != len(values):
             return {}
-        table[int(conversation.get("index", position))] = [float(v) for v in values]
+        table[int(conversation.get("index", position))] = numbers
     out: dict[str, list[list[float]]] = {}
     for point in points:
         indices = point.conversations or sorted(table)
@@ -422,10 +424,10 @@ def run_workload(run: Run) -> tuple[Workload, dict[str, list[list[float]]]]:
             f"the dataset, and the dataset manifest/recipe lacks {', '.join(missing)}"
         )
     first, later = int(numbers["first_turn_length"]), int(numbers["subsequent_turn_length"])
-    turns = int(numbers["num_turns"])
+    turn_count = int(numbers["num_turns"])
     if max_turns:
-        turns = min(turns, int(max_turns))
-    contexts = [float(first + (t - 1) * (later + max_tokens)) for t in range(1, turns + 1)]
+        turn_count = min(turn_count, int(max_turns))
+    contexts = [float(first + (t - 1) * (later + max_tokens)) for t in range(1, turn_count + 1)]
     return (
         Workload("recipe: F + (t-1)(S + max_tokens)", contexts, max(contexts), max_tokens),
         {},

@@ -150,7 +150,7 @@ def render_results(results: Sequence[SeqResult]) -> str:
                 lines += render_variant_detail(r, r.mtp, f"MTP{dep.spec_tokens}")
     else:
         lines.append(f"(memory composition omitted for {len(results)} lengths; see --json)")
-    notes = []
+    notes: list[str] = []
     for r in results:
         notes.extend(n for n in r.notes if n not in notes)
     if any(r.baseline_requests == 0 and r.default.hisparse_requests > 0 for r in results):
