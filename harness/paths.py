@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from harness import env as harness_env
 from harness.errors import ConfigError, RunError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -18,7 +18,7 @@ DATASETS_DIR = REPO_ROOT / "datasets"
 
 def cache_dir() -> Path:
     """Root of everything heavy and re-creatable: build venvs, tiny models, compile caches."""
-    root = os.environ.get("REPRO_CACHE")
+    root = harness_env.text("REPRO_CACHE")
     path = Path(root).expanduser() if root else Path.home() / ".cache" / "repro"
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -33,12 +33,12 @@ def cache_dir() -> Path:
 
 def results_dir() -> Path:
     """Default parent of run directories (override with REPRO_RESULTS or --out)."""
-    root = os.environ.get("REPRO_RESULTS")
+    root = harness_env.text("REPRO_RESULTS")
     return Path(root).expanduser() if root else REPO_ROOT / "results"
 
 
 def dashboards_dir() -> Path:
-    root = os.environ.get("REPRO_DASHBOARDS")
+    root = harness_env.text("REPRO_DASHBOARDS")
     return Path(root).expanduser() if root else REPO_ROOT / "dashboards"
 
 

@@ -375,6 +375,8 @@ class RunManifest(_Record):
     # host, pid and process start of the harness that runs it; server_pgid when it launched one
     owner: dict[str, Any] = Field(default_factory=dict)
     job: JobFacts | None = None  # set when the run was a scheduler job (harness.cluster)
+    # the environment variables of harness.env's table that were set (docs/workloads.md §4)
+    environment: dict[str, str] = Field(default_factory=dict)
 
     def engine_record(self) -> EngineSpec | None:
         """The engine and its arguments: as recorded, or derived from the fields an older

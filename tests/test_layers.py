@@ -28,6 +28,7 @@ LAYERS = [
     "measurement | records",
     "results",
     "metric_names | engine_spec | identity | config | text | paths | names",
+    "env",
     "errors",
 ]
 KNOWN_TWO_WAY = {("dataset", "serve")}

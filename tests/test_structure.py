@@ -12,7 +12,7 @@ PACKAGE = ROOT / "harness"
 GENERATED = {"harness/data/vllm_serve_options/generate.py"}  # data tooling, not the package
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 100
-MAX_TOP_LEVEL_MODULES = 12
+MAX_TOP_LEVEL_MODULES = 13  # the bottom layer: errors, paths, config, env (the one env reader), ...
 
 
 def _modules() -> dict[str, Path]:

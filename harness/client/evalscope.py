@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import env as harness_env
 from harness.dataset.thinktime import ThinkTime
 from harness.errors import RunError
 from harness.measurement import RequestTiming
@@ -166,7 +167,7 @@ def think_time_command(args: ClientArgs, perf_args: list[str], outputs_dir: Path
 
 
 def client_env() -> dict[str, str]:
-    env = dict(os.environ)
+    env = harness_env.for_child()
     loopback = "127.0.0.1,localhost,::1"
     for key in ("NO_PROXY", "no_proxy"):
         env[key] = f"{env[key]},{loopback}" if env.get(key) else loopback

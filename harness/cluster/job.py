@@ -11,26 +11,27 @@ Slurm itself requeues (node failure, preemption; `SLURM_RESTART_COUNT` > 0) resu
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
 from pathlib import Path
 from typing import Any
 
+from harness import env as harness_env
 from harness.cluster.slurm import current_job_id
 from harness.errors import RunError
 from harness.results import JobFacts, atomic_write_json, read_manifest
 
 
 def facts_from_environment(state: str, reason: str | None = None) -> JobFacts:
-    env = os.environ
-    index = env.get("SLURM_ARRAY_TASK_ID") if env.get("SLURM_ARRAY_JOB_ID") else None
+    index = (
+        harness_env.text("SLURM_ARRAY_TASK_ID") if harness_env.text("SLURM_ARRAY_JOB_ID") else None
+    )
     return JobFacts(
         job_id=current_job_id() or "?",
         array_index=int(index) if index else None,
-        node=env.get("SLURMD_NODENAME") or socket.gethostname(),
-        partition=env.get("SLURM_JOB_PARTITION"),
+        node=harness_env.text("SLURMD_NODENAME") or socket.gethostname(),
+        partition=harness_env.text("SLURM_JOB_PARTITION"),
         state=state,
         reason=reason,
     )
@@ -79,7 +80,7 @@ def sweep_job(
 ) -> int:
     """Run `repro sweep ARGV...` in this job; raise when it fails (the job is then FAILED).
     A requeued job runs RESUME_ARGV instead: the run continues from its first unfinished point."""
-    restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    restarts = harness_env.integer("SLURM_RESTART_COUNT", 0) or 0
     if restarts and resume_argv and (Path(run_dir) / "manifest.json").is_file():
         if not _take_over_after_requeue(Path(run_dir), restarts):
             _record_in_manifest(Path(run_dir), facts_from_environment("COMPLETED"))
@@ -97,7 +98,7 @@ def sweep_job(
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     command = [*argv, "--port", str(_free_port())] if pick_port else list(argv)
     # A node may run several sweep jobs at once: each launches its server on a free port.
-    child = subprocess.Popen(command, env={**os.environ, **env})
+    child = subprocess.Popen(command, env=harness_env.for_child(env))
     code = child.wait()  # retried across signals (PEP 475)
     if signals:
         return code  # killed by Slurm: the submitter collects Slurm's state and reason

@@ -6,12 +6,12 @@ Asked from `scontrol show job` first (pending, running and recently ended jobs: 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 
+from harness import env as harness_env
 from harness.errors import ReproError
 
 INSTALL_HINT = (
@@ -56,10 +56,13 @@ class SlurmState:
 
 def current_job_id() -> str | None:
     """The id of the Slurm job this process runs in ("<array>_<index>" for an array task)."""
-    array_job, index = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    array_job, index = (
+        harness_env.text("SLURM_ARRAY_JOB_ID"),
+        harness_env.text("SLURM_ARRAY_TASK_ID"),
+    )
     if array_job and index:
         return f"{array_job}_{index}"
-    return os.environ.get("SLURM_JOB_ID")
+    return harness_env.text("SLURM_JOB_ID")
 
 
 def have_slurm() -> bool:

@@ -8,7 +8,6 @@ node, where they mean something. Several requests with the same resources go as 
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 import time
@@ -17,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness import engines
+from harness import env as harness_env
 from harness.cluster.job import sweep_job
 from harness.cluster.options import SlurmOptions
 from harness.cluster.records import (
@@ -154,8 +154,8 @@ def _executor(folder: Path, options: SlurmOptions, gres: str | None, name: str):
 
     executor = submitit.SlurmExecutor(folder=folder, python=shlex.quote(sys.executable))
     setup = []
-    if os.environ.get("PYTHONPATH"):  # the job's Python must import this harness to start
-        setup.append(f"export PYTHONPATH={shlex.quote(os.environ['PYTHONPATH'])}")
+    if pythonpath := harness_env.text("PYTHONPATH"):  # the job's Python must import this harness
+        setup.append(f"export PYTHONPATH={shlex.quote(pythonpath)}")
     setup += list(options.setup)
     params = {
         "job_name": name,
@@ -172,7 +172,7 @@ def _executor(folder: Path, options: SlurmOptions, gres: str | None, name: str):
 
 
 def _job_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k in _PASS_ENV or k.startswith("REPRO_")}
+    return harness_env.with_prefix("REPRO_", _PASS_ENV)
 
 
 def _submit_group(group: list[Prepared], options: SlurmOptions) -> list[Submitted]:

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from harness import __version__ as harness_version
+from harness import env as harness_env
 from harness.dataset import output as out
 from harness.dataset.exact import Piece, TurnChecker, TurnPlan
 from harness.dataset.padpool import PadPiece, PadPool, parallelism, random_pad
@@ -178,7 +179,7 @@ def _real_plans(
 
 
 def _cache_enabled() -> bool:
-    return os.environ.get(PAD_CACHE_ENV, "1").strip().lower() not in {"0", "off", "false", "no"}
+    return not harness_env.is_off(PAD_CACHE_ENV)
 
 
 def recipe_source(recipe: Recipe, role: str) -> Source:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness import env as harness_env
 from harness.dataset.tok import TokenizerHandle
 
 # R1 markup replaced by a space before encoding (docs/recipe.md §6.4 step 1).
@@ -38,10 +39,10 @@ def parallelism() -> str:
     """How many threads the Rust backend's batch encoding can use here. The `tokenizers`
     bindings turn parallelism off in a process forked after it was used (they set
     TOKENIZERS_PARALLELISM=false), which makes the pool encode on one core."""
-    setting = os.environ.get("TOKENIZERS_PARALLELISM", "").strip().lower()
+    setting = (harness_env.text("TOKENIZERS_PARALLELISM") or "").strip().lower()
     if setting in {"0", "false", "off", "no"}:
         return f"1 thread (TOKENIZERS_PARALLELISM={setting})"
-    threads = os.environ.get("RAYON_NUM_THREADS") or os.environ.get("RAYON_RS_NUM_CPUS")
+    threads = harness_env.text("RAYON_NUM_THREADS") or harness_env.text("RAYON_RS_NUM_CPUS")
     return f"{threads or os.cpu_count()} threads" + (" (RAYON_NUM_THREADS)" if threads else "")
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from harness import env as harness_env
 from harness.dataset.recipe import SYNTHETIC
 from harness.errors import DatasetError
 
@@ -138,7 +138,7 @@ RECIPE_KEYS = {
 
 
 def hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    return harness_env.flag("HF_HUB_OFFLINE", False)
 
 
 def cached_dataset_snapshot(spec: str, revision: str | None) -> Path:
@@ -151,9 +151,8 @@ def cached_dataset_snapshot(spec: str, revision: str | None) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.constants import HF_HUB_CACHE
 
-    cache = os.environ.get("HF_HUB_CACHE") or (
-        str(Path(os.environ["HF_HOME"]) / "hub") if os.environ.get("HF_HOME") else HF_HUB_CACHE
-    )
+    home = harness_env.text("HF_HOME")
+    cache = harness_env.text("HF_HUB_CACHE") or (str(Path(home) / "hub") if home else HF_HUB_CACHE)
     try:
         return Path(
             snapshot_download(

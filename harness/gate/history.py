@@ -20,7 +20,6 @@ from __future__ import annotations
 import getpass
 import hashlib
 import json
-import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import env as harness_env
 from harness.analysis.groups import point_rows
 from harness.errors import ReproError, RunError
 from harness.gate.regress import RunView, view_from_parts
@@ -112,7 +112,7 @@ _NEUTRAL_OVERRIDES = ("build=", "port=", "host=")
 
 
 def default_history_path() -> Path:
-    override = os.environ.get("REPRO_HISTORY")
+    override = harness_env.text("REPRO_HISTORY")
     return Path(override).expanduser() if override else results_dir() / "history.sqlite"
 
 

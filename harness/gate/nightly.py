@@ -32,13 +32,13 @@ if any arm regressed or any claim fails, else 0.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import env as harness_env
 from harness.cluster.options import SlurmOptions
 from harness.errors import ReproError, RunError
 from harness.gate.claims import ClaimResult, claims_exit_code, render_claims, run_claims
@@ -309,7 +309,7 @@ def publish_summary(path: Path, text: str, record: dict[str, Any]) -> None:
     appended to $GITHUB_STEP_SUMMARY when set (the job's summary page)."""
     atomic_write_text(path, text)
     atomic_write_json(path.with_suffix(".json"), record)
-    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    step_summary = harness_env.text("GITHUB_STEP_SUMMARY")
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as handle:
             handle.write(text)

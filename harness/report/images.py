@@ -15,6 +15,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from harness import env as harness_env
 from harness.errors import ReproError
 from harness.report.figures import pareto_figure
 from harness.results import RunLayout, atomic_write_text, load_run
@@ -36,7 +37,7 @@ class ExportError(ReproError):
 
 def find_browser() -> str:
     """The Chromium kaleido will drive, or ExportError naming how to get one."""
-    override = os.environ.get("BROWSER_PATH")
+    override = harness_env.text("BROWSER_PATH")
     if override:
         if Path(override).is_file() and os.access(override, os.X_OK):
             return override
@@ -93,7 +94,7 @@ def export_figures(items: Sequence[tuple[go.Figure, Path]]) -> list[Path]:
             )
     if not static:
         return [Path(path) for _fig, path in items]
-    previous = os.environ.get("BROWSER_PATH")
+    previous = harness_env.text("BROWSER_PATH")
     os.environ["BROWSER_PATH"] = browser  # choreographer (kaleido's driver) reads it
     tmps = [path.with_name(f".{path.name}.tmp.{suffix}") for _fig, path, suffix in static]
     try:

@@ -26,6 +26,7 @@ from typing import Literal
 
 from pydantic import BaseModel, model_validator
 
+from harness import env as harness_env
 from harness.config import read_yaml, validate
 from harness.errors import BuildError, ConfigError
 from harness.paths import BUILDS_FILE, cache_dir
@@ -244,7 +245,7 @@ def _check_machine(build: Build) -> None:
     if (
         build.kind == "source"
         and not _prebuilt_wheel(build)
-        and not (os.environ.get("CUDA_HOME") or shutil.which("nvcc"))
+        and not (harness_env.text("CUDA_HOME") or shutil.which("nvcc"))
     ):
         raise BuildError(
             f"build {build.name} is a source build with CUDA kernels: set CUDA_HOME "

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import env as harness_env
 from harness.errors import ConfigError
 from harness.paths import cache_dir
 from harness.serve.builds import _installed, get_build
@@ -157,10 +158,7 @@ def free_gib(path: Path) -> float:
 
 
 def hub_cache_dir() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
-    return Path(home) / "hub"
+    return harness_env.hf_hub_cache()
 
 
 # --------------------------------------------------------------------------- checks

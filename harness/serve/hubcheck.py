@@ -4,13 +4,13 @@ check is whether the local hub cache holds each repo (at its pinned revision).""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import requests
 
+from harness import env as harness_env
 from harness.errors import ConfigError
 from harness.serve.checks import Check
 from harness.serve.profiles import Profile
@@ -66,10 +66,7 @@ def hub_refs(profile: Profile) -> list[HubRef]:
 
 
 def _cache_root() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
-    return Path(home) / "hub"
+    return harness_env.hf_hub_cache()
 
 
 def cached(ref: HubRef, root: Path | None = None) -> bool:
@@ -80,7 +77,7 @@ def cached(ref: HubRef, root: Path | None = None) -> bool:
 
 
 def _token() -> str | None:
-    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    token = harness_env.text("HF_TOKEN") or harness_env.text("HUGGING_FACE_HUB_TOKEN")
     if token:
         return token
     try:
@@ -131,7 +128,7 @@ def hub_checks(
     refs = hub_refs(profile)
     if not refs:
         return [Check("hub", "ok", "profile and dataset recipe name nothing on a hub")]
-    if os.environ.get("HF_HUB_OFFLINE") == "1":
+    if harness_env.text("HF_HUB_OFFLINE") == "1":
         checks = []
         for ref in refs:
             here = cached(ref)

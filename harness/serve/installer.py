@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness import env as harness_env
 from harness.errors import BuildError
 from harness.paths import BUILDS_FILE, cache_dir
 
@@ -57,19 +58,19 @@ def _quote(arg: str) -> str:
 
 def _find_python(version: str) -> str:
     return (
-        os.environ.get(f"REPRO_PYTHON_{version.replace('.', '_')}")
+        harness_env.text(f"REPRO_PYTHON_{version.replace('.', '_')}")
         or shutil.which(f"python{version}")
         or f"python{version}"
     )
 
 
 def _cpu_extra_index_urls(build: Build) -> list[str]:
-    return [*build.extra_index_urls, *os.environ.get(CPU_EXTRA_INDEX_ENV, "").split()]
+    return [*build.extra_index_urls, *(harness_env.text(CPU_EXTRA_INDEX_ENV) or "").split()]
 
 
 def _prebuilt_wheel(build: Build) -> str | None:
     env_key = "REPRO_PREBUILT_WHEEL_" + re.sub(r"[^A-Z0-9]", "_", build.name.upper())
-    return os.environ.get(env_key) or build.prebuilt_wheel
+    return harness_env.text(env_key) or build.prebuilt_wheel
 
 
 class _Installer:
@@ -366,10 +367,11 @@ def _output(argv: list[str]) -> str:
 
 
 def _quiet_env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-    }
+    return harness_env.for_child(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+        }
+    )

@@ -28,6 +28,7 @@ from typing import Any, Self
 
 import requests
 
+from harness import env as harness_env
 from harness.errors import ServerError, ServerStartFailed
 from harness.paths import cache_dir
 from harness.serve.builds import BuildEnv, ensure_build, get_build, nvidia_gpu_count
@@ -183,7 +184,7 @@ class VllmServer:
         self.echo = echo or (lambda _msg: None)
         # Long drains for GPU profiles: unpinning a multi-100-GiB host pool takes a while.
         # REPRO_STOP_TIMEOUTS="sigint,sigterm,sigkill" seconds overrides the defaults.
-        env_timeouts = os.environ.get("REPRO_STOP_TIMEOUTS")
+        env_timeouts = harness_env.text("REPRO_STOP_TIMEOUTS")
         default = (60.0, 60.0, 30.0) if profile.gpus > 0 else (20.0, 15.0, 10.0)
         self.stop_timeouts = stop_timeouts or (
             tuple(float(x) for x in env_timeouts.split(",")) if env_timeouts else default
@@ -220,7 +221,7 @@ class VllmServer:
 
     # -- start ------------------------------------------------------------------------------
     def _environment(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = harness_env.for_child()
         no_proxy = ",".join(filter(None, [env.get("NO_PROXY") or env.get("no_proxy"), *LOOPBACK]))
         compile_root = cache_dir() / "compile" / self.profile.build
         cpu_build = get_build(self.profile.build).device == "cpu"

@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from harness import env as harness_env
 from harness.errors import BuildError, ConfigError
 from harness.paths import cache_dir
 from harness.serve.tiny.cache import ensure_entry
@@ -105,7 +106,7 @@ def build_model(name: str, python: Path, out_dir: Path, *, tok_dir: Path | None 
     spec_path = out_dir / ".spec.json"
     spec_path.write_text(json.dumps(spec, sort_keys=True, indent=2))
     env = {
-        **os.environ,
+        **harness_env.for_child(),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "PYTHONHASHSEED": "0",

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import env as harness_env
 from harness.paths import REPO_ROOT
 from harness.serve.profiles import Profile
 from harness.serve.server import VllmServer, host_facts
@@ -73,7 +74,7 @@ class SimServer(VllmServer):
     def _launch(self) -> None:
         self.command = self.sim_command()
         self._tmpdir = Path(tempfile.mkdtemp(prefix=f"repro-sim-{self.port}-"))
-        env = dict(os.environ)
+        env = harness_env.for_child()
         env["PYTHONPATH"] = os.pathsep.join(
             [str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])]
         )
