@@ -288,7 +288,8 @@ def ensure_build(name: str, *, echo: Callable[[str], None] = print) -> BuildEnv:
     if build.commit == "latest":
         installer = _Installer(build, _stage_dir(name), echo)
         for step in installer._resolve_latest():
-            step.action()  # type: ignore[misc]
+            assert step.action is not None  # resolving `latest` is a harness action
+            step.action()
         echo(f"{name} resolved to {installer.full_sha}")
         env = ensure_build(f"{name.partition('@')[0]}@{installer.full_sha}", echo=echo)
         resolved = env.provenance.setdefault("resolved_from", {})

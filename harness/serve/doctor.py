@@ -20,7 +20,7 @@ from harness import env as harness_env
 from harness.errors import ConfigError
 from harness.paths import cache_dir
 from harness.serve.builds import _installed, get_build
-from harness.serve.checks import Check, raise_on_failures
+from harness.serve.checks import Check, Status, raise_on_failures
 from harness.serve.profiles import Profile
 from harness.serve.server import OFFLOAD_MMAP_GLOB, _open_by_any_process, port_is_free
 
@@ -315,7 +315,7 @@ def disk_checks(profile: Profile) -> list[Check]:
         cached = (hub / f"models--{profile.model.replace('/', '--')}").exists()
         need = 0.0 if cached else KNOWN_MODEL_GIB.get(profile.model, 0.0)
         free = free_gib(hub)
-        status = "fail" if need > free else ("ok" if cached or need else "warn")
+        status: Status = "fail" if need > free else ("ok" if cached or need else "warn")
         size = f"{need:g} GiB needed" if need else "size unknown"
         checks.append(
             Check(

@@ -251,7 +251,7 @@ class VllmServer:
         env.update(self.profile.env)
         return env
 
-    def start(self) -> VllmServer:
+    def start(self) -> Self:
         if self._proc is not None and self._proc.poll() is None:
             return self
         profile = self.profile

@@ -29,7 +29,7 @@ def is_complete(entry: Path) -> bool:
     return (entry / COMPLETE_MARKER).is_file()
 
 
-def ensure_entry(entry: Path, build: Callable[[Path], None]) -> Path:
+def ensure_entry(entry: Path, build: Callable[[Path], object]) -> Path:
     """Return `entry`, running `build(tmp_dir)` first if it is not there yet.
 
     Concurrent callers serialise on `<entry>.lock`; a crashed build leaves only a temp dir,
