@@ -9,9 +9,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from harness.coherence.client import (
     SPEC_COUNTERS,
+    Reply,
     count_tokens,
     read_counters,
     run_probes,
@@ -125,7 +127,10 @@ def plan_check(
     return CheckPlan(profile.name, spec, probe_set, target, path, notes)
 
 
-def _verdict(checks: dict[str, Check]) -> tuple[str, str]:
+Verdict = Literal["coherent", "incoherent", "unjudged"]
+
+
+def _verdict(checks: dict[str, Check]) -> tuple[Verdict, str]:
     failed = [c.reason for c in checks.values() if c.status == "fail"]
     if failed:
         return "incoherent", "; ".join(failed)
@@ -173,7 +178,7 @@ def _judge(
     model: str,
     root: str | None,
     long_context: bool,
-) -> tuple[dict[str, Check], list]:
+) -> tuple[dict[str, Check], list[Reply]]:
     spec, probe_set = plan.spec, plan.probe_set
     checks: dict[str, Check] = {}
     before = read_counters(base_url, SPEC_COUNTERS.values())
@@ -218,7 +223,7 @@ def run_check(
     base_url = base_url.rstrip("/").removesuffix("/v1")
     started = time.time()
     checks: dict[str, Check] = {}
-    replies = []
+    replies: list[Reply] = []
     root = None
     try:
         model, root = served_model(base_url)
@@ -227,7 +232,7 @@ def run_check(
         checks["server"] = Check(status="unjudged", reason=f"probing {base_url} failed: {exc}")
     verdict, reason = _verdict(checks)
     result = CoherenceRecord(
-        verdict=verdict,  # type: ignore[arg-type]
+        verdict=verdict,
         reason=reason,
         profile=profile.name,
         probe_set=plan.probe_set.key,

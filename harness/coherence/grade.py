@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, Field
 
@@ -17,6 +17,15 @@ from harness.serve.profiles import AcceptanceSpec, AgreementSpec, GarbageSpec
 
 Status = Literal["pass", "fail", "unjudged"]
 NGRAM = 4
+
+
+class ProbeRow(TypedDict):
+    """One probe's agreement with the reference (a row of `details["per_probe"]`)."""
+
+    id: str
+    prefix: int  # tokens equal from the start
+    positional: float
+    agrees: bool
 
 
 class Check(BaseModel, extra="forbid"):
@@ -62,26 +71,27 @@ def judge_agreement(
             status="unjudged",
             reason=f"reference {ref_name} has no reply for probes {', '.join(missing)}",
         )
-    rows = []
+    rows: list[ProbeRow] = []
     for reply in replies:
         ref = reference[reply.id].token_ids
         rows.append(
-            {
-                "id": reply.id,
-                "prefix": prefix_match(reply.token_ids[: spec.tokens], ref[: spec.tokens]),
-                "positional": round(positional_agreement(reply.token_ids, ref, spec.tokens), 4),
-                "agrees": probe_agrees(reply.token_ids, ref, spec),
-            }
+            ProbeRow(
+                id=reply.id,
+                prefix=prefix_match(reply.token_ids[: spec.tokens], ref[: spec.tokens]),
+                positional=round(positional_agreement(reply.token_ids, ref, spec.tokens), 4),
+                agrees=probe_agrees(reply.token_ids, ref, spec),
+            )
         )
     agreeing = sum(r["agrees"] for r in rows)
     total = len(rows)
     positional = statistics.fmean(r["positional"] for r in rows)
+    min_prefix = min(r["prefix"] for r in rows)
     details = {
         "tokens": spec.tokens,
         "agreeing": agreeing,
         "probes": total,
         "mean_positional": round(positional, 4),
-        "min_prefix": min(r["prefix"] for r in rows),
+        "min_prefix": min_prefix,
         "per_probe": rows,
     }
     bad = [r for r in rows if not r["agrees"]]
@@ -93,7 +103,7 @@ def judge_agreement(
             f"{spec.tokens} tokens (positional {positional:.2f})",
             details=details,
         )
-    after = int(statistics.median(r["prefix"] for r in bad)) if bad else details["min_prefix"]
+    after = int(statistics.median(r["prefix"] for r in bad)) if bad else min_prefix
     return Check(
         status="fail",
         reason=f"outputs disagree with {ref_name} after {after} tokens on "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -20,7 +20,7 @@ from harness.coherence.probes import REFERENCES_DIR, ProbeSet
 from harness.errors import ConfigError
 from harness.results import atomic_write_json
 
-REFERENCE_SCHEMA = "repro.coherence.replies/1"
+REFERENCE_SCHEMA: Final = "repro.coherence.replies/1"
 
 
 class ReplySet(BaseModel, extra="forbid"):
