@@ -4,6 +4,8 @@ The `serve:` block uses vLLM's own config-file keys (long option names). Keys an
 are checked against the option table of the profile's build (harness/data/vllm_serve_options),
 and the keys inside JSON options against the config-class schemas recorded there.
 `extends:` merges the parent (deep for serve/sweep/env); a child value of null removes the key.
+`workload:` names what the client sends (datasets/workloads/, docs/workloads.md §1): the
+resolved `sweep` is the workload's fields under the profile's own `sweep:` block and `--set`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from pydantic import (
     field_validator,
 )
 
-from harness.analysis.slo import parse_slo
 from harness.config import (
     at_key,
     describe_error,
@@ -41,6 +42,15 @@ from harness.names import PROFILE_NAME_MAX, check_name, for_terminal
 from harness.paths import PROFILES_DIR
 from harness.serve.builds import Build, get_build, serve_json_schemas, serve_option_table
 from harness.serve.options import check_json_keys
+from harness.serve.workloads import (
+    WORKLOAD_FIELDS,
+    WORKLOADS_DIR,
+    check_distinct_points,
+    check_slo,
+    known_workloads,
+    load_workload_spec,
+    workload_path,
+)
 
 DEEP_MERGED = ("serve", "sweep", "env", "coherence")
 # Set by the harness from top-level profile fields, never inside `serve:`.
@@ -49,16 +59,27 @@ RESERVED_SERVE_KEYS = {"model": "model", "host": "host", "port": "port", "config
 
 _Count = Annotated[int, Strict(), Field(gt=0)]
 
+# The keys a profile's `sweep:` block sets: how the harness runs the points. What the client
+# sends is the workload's (harness/serve/workloads.py, docs/workloads.md §1).
+RUNNER_FIELDS = (
+    "dataset",
+    "scrape_interval_s",
+    "point_timeout_s",
+    "sleep_between_points_s",
+    "warmup_requests",
+)
+
 
 class SweepSpec(BaseModel, extra="forbid"):
+    """A profile's resolved sweep: its workload's fields, then its own `sweep:` block, then
+    `--set sweep.KEY=VALUE`. No default says what the client sends: that is the workload's."""
+
     # (parallel, number): both >= 1; EvalScope turns 0 into sentinels that look like metrics.
     # Strict: `true` is not a concurrency (pydantic would read it as 1).
-    points: list[tuple[_Count, _Count]] = Field(
-        default=[(1, 4), (8, 16), (16, 32), (24, 48), (32, 64)], min_length=1
-    )
+    points: list[tuple[_Count, _Count]] = Field(min_length=1)
     dataset: str = "openhands-glm53"
-    dataset_offset: NonNegativeInt = 52
-    max_tokens: PositiveInt = 220
+    dataset_offset: NonNegativeInt
+    max_tokens: PositiveInt
     ignore_eos: bool = True
     multi_turn: bool = True
     max_turns: PositiveInt | None = None
@@ -75,20 +96,12 @@ class SweepSpec(BaseModel, extra="forbid"):
     @field_validator("slo")
     @classmethod
     def _objectives(cls, slo: str | None) -> str | None:
-        try:
-            return None if slo is None else parse_slo(slo, source="slo").text()
-        except ConfigError as exc:
-            raise ValueError(str(exc).removeprefix("slo: ")) from None
+        return check_slo(slo)
 
     @field_validator("points")
     @classmethod
     def _distinct_points(cls, points: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        # two equal points share one point directory: the second would overwrite the first
-        twice = sorted({p for p in points if points.count(p) > 1})
-        if twice:
-            given = ", ".join(f"[{p}, {n}]" for p, n in twice)
-            raise ValueError(f"{given} given twice (one directory per point; use --repeats)")
-        return points
+        return check_distinct_points(points)
 
 
 class AgreementSpec(BaseModel, extra="forbid"):
@@ -96,17 +109,18 @@ class AgreementSpec(BaseModel, extra="forbid"):
 
     tokens: PositiveInt = 32  # compare the first N generated tokens of each probe
     min_prefix: PositiveInt = 32  # a probe agrees if its common prefix reaches this
-    min_agreeing: float = Field(1.0, ge=0, le=1)  # fraction of probes that must agree
-    min_positional: float = Field(1.0, ge=0, le=1)  # mean positional agreement over N tokens
+    min_agreeing: float = Field(default=1.0, ge=0, le=1)  # fraction of probes that must agree
+    # mean positional agreement over the N tokens
+    min_positional: float = Field(default=1.0, ge=0, le=1)
 
 
 class GarbageSpec(BaseModel, extra="forbid"):
     """Reference-free signatures; enforce: false only reports them (random-weight models)."""
 
     enforce: bool = True
-    max_repetition: float = Field(0.5, ge=0, le=1)  # share of repeated 4-grams
-    min_distinct: float = Field(0.1, ge=0, le=1)  # distinct tokens / tokens
-    max_replacement: int = Field(0, ge=0)  # U+FFFD characters in a reply
+    max_repetition: float = Field(default=0.5, ge=0, le=1)  # share of repeated 4-grams
+    min_distinct: float = Field(default=0.1, ge=0, le=1)  # distinct tokens / tokens
+    max_replacement: int = Field(default=0, ge=0)  # U+FFFD characters in a reply
 
 
 class AcceptanceSpec(BaseModel, extra="forbid"):
@@ -121,8 +135,8 @@ class LongContextSpec(BaseModel, extra="forbid"):
 
     resident_tokens: PositiveInt  # KV tokens the arm keeps GPU-resident (capacity math)
     context_tokens: PositiveInt  # the needle request's context length
-    depth: float = Field(0.25, ge=0, le=1)  # needle position as a fraction of the context
-    overcommit: float = Field(1.25, gt=1)  # fillers + needle >= overcommit x resident
+    depth: float = Field(default=0.25, ge=0, le=1)  # needle position, a fraction of the context
+    overcommit: float = Field(default=1.25, gt=1)  # fillers + needle >= overcommit x resident
     filler_tokens: PositiveInt | None = None  # per filler; default context_tokens
     max_fillers: PositiveInt = 64
     answer_tokens: PositiveInt = 32
@@ -135,7 +149,7 @@ class CoherenceSpec(BaseModel, extra="forbid"):
     reference: str | None = None  # profile whose recorded replies this arm must reproduce
     agreement: AgreementSpec = AgreementSpec()
     garbage: GarbageSpec = GarbageSpec()
-    min_answers: float = Field(0.75, ge=0, le=1)  # probes with `expect:` answered correctly
+    min_answers: float = Field(default=0.75, ge=0, le=1)  # probes with `expect:` answered right
     acceptance: AcceptanceSpec | None = None
     long_context: LongContextSpec | None = None
     timeout_s: PositiveFloat = 600.0  # per probe request
@@ -154,7 +168,9 @@ class Profile(BaseModel, extra="forbid"):
     ready_timeout_s: float
     env: dict[str, str] = {}
     serve: dict[str, Any]
-    sweep: SweepSpec = SweepSpec()
+    # datasets/workloads/<workload>.yaml (None only in manifests older than workload files)
+    workload: str | None = None
+    sweep: SweepSpec
     coherence: CoherenceSpec | None = None
 
     @field_validator("gpus")
@@ -242,6 +258,7 @@ def _resolve_raw(
         cycle = " -> ".join(p.stem for p in (*chain, path))
         raise ConfigError(f"{chain[-1]}: extends: cycle {cycle}")
     raw = _read_yaml(path)
+    _refuse_workload_keys(raw, path)
     parent_name = raw.get("extends")
     if parent_name is None:
         _record_origins(raw, path, origins)
@@ -257,6 +274,44 @@ def _resolve_raw(
     parent.pop("description", None)
     _record_origins(raw, path, origins)
     return _merge_profile(parent, raw)
+
+
+def _refuse_workload_keys(raw: dict[str, Any], path: Path) -> None:
+    """What the client sends is the workload file's, never a profile's own `sweep:` key
+    (`--set sweep.KEY=VALUE` may still change it for one run)."""
+    sweep = raw.get("sweep")
+    if not isinstance(sweep, dict):
+        return
+    for key in sweep:
+        if key in WORKLOAD_FIELDS:
+            raise ConfigError(
+                f"{at_key(path, f'sweep.{key}')}: belongs in the workload file "
+                f"({WORKLOADS_DIR}/<name>.yaml) the profile names with `workload:`"
+            )
+
+
+def _with_workload(raw: dict[str, Any], path: Path, origins: dict[str, Path]) -> None:
+    """Resolve `workload:` into the sweep: the workload's fields, then the profile's `sweep:`
+    block and the overrides on top (docs/workloads.md §1)."""
+    name = raw.get("workload")
+    source = origins.get("workload", path)
+    if name is None:
+        known = ", ".join(known_workloads())
+        raise ConfigError(
+            f"{at_key(path, 'workload')}: required key missing (a workload file of "
+            f"{WORKLOADS_DIR}: {known})"
+        )
+    if not isinstance(name, str):
+        raise ConfigError(f"{at_key(source, 'workload')}: must be a workload name, got {name!r}")
+    try:
+        spec = load_workload_spec(name, relative_to=source.parent)
+    except ConfigError as exc:
+        raise ConfigError(f"{at_key(source, 'workload')}: {exc}") from None
+    own = raw.get("sweep", {})  # anything but a mapping: the Profile names the key below
+    raw["sweep"] = {**spec.sweep_fields(), **own} if isinstance(own, dict) else own
+    file = workload_path(name, relative_to=source.parent)
+    for key in WORKLOAD_FIELDS:
+        origins.setdefault(f"sweep.{key}", file)
 
 
 def _record_origins(raw: dict[str, Any], path: Path, origins: dict[str, Path]) -> None:
@@ -314,6 +369,7 @@ def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> Profile:
     raw = _resolve_raw(path, origins=origins)
     for text in overrides:
         _apply_override(raw, text)
+    _with_workload(raw, path, origins)
     declared = raw.pop("name", None)
     if declared is not None and declared != path.stem:
         raise ConfigError(f"{path}: name: {declared!r} differs from the file name {path.stem!r}")

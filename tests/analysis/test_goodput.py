@@ -130,6 +130,7 @@ def test_highest_concurrency_meeting_objectives_for_90_percent():
 def test_sweep_slo_field_is_validated_and_canonical():
     from harness.serve.profiles import SweepSpec
 
-    assert SweepSpec(slo="tpot=50ms,ttft=2000ms").slo == "ttft=2s,tpot=50ms"
+    workload = {"points": [(1, 1)], "dataset_offset": 0, "max_tokens": 1}
+    assert SweepSpec(**workload, slo="tpot=50ms,ttft=2000ms").slo == "ttft=2s,tpot=50ms"
     with pytest.raises(ValueError, match="unknown objective"):
-        SweepSpec(slo="latency=2s")
+        SweepSpec(**workload, slo="latency=2s")

@@ -223,10 +223,14 @@ def test_bad_value_types(tmp_path: Path) -> None:
 def test_gpus_negative_and_missing_keys(tmp_path: Path) -> None:
     path = write(tmp_path, "neg", "extends: cpu-tiny\ngpus: -1\n")
     expect_error(str(path), str(path), "gpus", ">= 0")
-    path = write(tmp_path, "bare", "build: cpu-0.32.0\nmodel: m\ngpus: 0\nserve: {}\n")
+    bare = "build: cpu-0.32.0\nmodel: m\ngpus: 0\nserve: {}\nworkload: cpu-tiny\n"
+    path = write(tmp_path, "bare", bare)
     expect_error(str(path), str(path), "ready_timeout_s", "required")
-    path = write(tmp_path, "sweep", "extends: cpu-tiny\nsweep:\n  max_tokens: many\n")
-    expect_error(str(path), str(path), "sweep.max_tokens")
+    path = write(tmp_path, "sweep", "extends: cpu-tiny\nsweep:\n  point_timeout_s: many\n")
+    expect_error(str(path), str(path), "sweep.point_timeout_s")
+    # what the client sends is the workload file's, not the profile's
+    path = write(tmp_path, "sweep", "extends: cpu-tiny\nsweep:\n  max_tokens: 16\n")
+    expect_error(str(path), str(path), "sweep.max_tokens", "belongs in the workload file")
 
 
 def test_unknown_build_and_parent(tmp_path: Path) -> None:
