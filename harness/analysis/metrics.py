@@ -1,8 +1,8 @@
 """Pure derivation of every per-point metric in `harness.results.METRICS`.
 
-Inputs are data, not servers: the `/metrics` samples of one point (`harness.client.scrape.Sample`,
-from memory or `samples.csv`), EvalScope's normalised summary, its percentile rows and the
-per-request timings from its sqlite.  Rules (see docs/vllm.md §3 and docs/pitfalls.md):
+The input is data, not servers: one point's :class:`harness.measurement.Measurement` (its
+`/metrics` samples, the client's summary and percentiles, the per-request records), whichever
+engine and client produced it.  Rules (see docs/vllm.md §3 and docs/pitfalls.md):
 
 - gauges: per scrape, summed over series (i.e. over `engine`) — except `kv_cache_usage_perc`,
   which takes the max over engines; then mean/max over the scrapes of the point window;
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness import metric_names as mn
-from harness.measurement import RequestTiming, Sample
+from harness.measurement import ClientPercentiles, Measurement, RequestRecord, Sample
 from harness.results import METRICS, ClientSummary
 
 GIB = float(1 << 30)
@@ -123,7 +123,7 @@ def _mean(values: Sequence[float]) -> float | None:
 # --------------------------------------------------------------------------- client helpers
 
 
-def client_in_flight_mean(requests: Sequence[RequestTiming]) -> float | None:
+def client_in_flight_mean(requests: Sequence[RequestRecord]) -> float | None:
     """Time-weighted mean of in-flight requests over [first start, last end] (the point window)."""
     spans = [(r.start, r.end) for r in requests if r.end is not None and r.end >= r.start]
     if not spans:
@@ -135,18 +135,8 @@ def client_in_flight_mean(requests: Sequence[RequestTiming]) -> float | None:
     return sum(e - s for s, e in spans) / (end - begin)
 
 
-def in_flight_at(requests: Sequence[RequestTiming], t: float) -> int:
+def in_flight_at(requests: Sequence[RequestRecord], t: float) -> int:
     return sum(1 for r in requests if r.end is not None and r.start <= t < r.end)
-
-
-def percentile_value(
-    rows: Sequence[dict[str, Any]] | None, label: str, column: str
-) -> float | None:
-    for row in rows or ():
-        if str(row.get("Percentiles")) == label:
-            value = row.get(column)
-            return float(value) if isinstance(value, int | float) else None
-    return None
 
 
 # --------------------------------------------------------------------------- the derivation
@@ -155,12 +145,12 @@ def percentile_value(
 def _client_metrics(
     m: dict[str, float | None],
     client: ClientSummary | None,
-    percentiles: Sequence[dict[str, Any]] | None,
+    percentiles: ClientPercentiles,
     *,
     divisor: int,
     parallel: int,
 ) -> None:
-    """The metrics EvalScope measures on the client side (blog definitions)."""
+    """The metrics the client measures (blog definitions)."""
     if client is not None:
         tpot = client.mean_tpot_ms
         m["interactivity"] = 1000.0 / tpot if tpot else None
@@ -176,24 +166,17 @@ def _client_metrics(
         if client.kv_cache_hit_rate_pct is not None:
             m["client_kv_cache_hit_rate"] = client.kv_cache_hit_rate_pct / 100.0
         m["duration_s"] = client.duration_s
-    m["p99_ttft_ms"] = percentile_value(percentiles, "99%", "TTFT (ms)")
-    m["p99_tpot_ms"] = percentile_value(percentiles, "99%", "TPOT (ms)")
+    m["p99_ttft_ms"] = percentiles.ttft_ms.p99
+    m["p99_tpot_ms"] = percentiles.tpot_ms.p99
 
 
-def derive_point_metrics(
-    samples: Sequence[Sample],
-    *,
-    client: ClientSummary | None,
-    percentiles: Sequence[dict[str, Any]] | None = None,
-    requests: Sequence[RequestTiming] | None = None,
-    parallel: int,
-    gpus: int,
-) -> DerivedMetrics:
-    """Every METRICS key (None when not measurable) from one point's data."""
+def derive_point_metrics(measured: Measurement, *, parallel: int, gpus: int) -> DerivedMetrics:
+    """Every METRICS key (None when not measurable) from one point's measurement."""
+    samples, requests = measured.samples, measured.requests
     divisor = max(gpus, 1)
     m: dict[str, float | None] = dict.fromkeys(METRICS)
 
-    _client_metrics(m, client, percentiles, divisor=divisor, parallel=parallel)
+    _client_metrics(m, measured.client, measured.percentiles, divisor=divisor, parallel=parallel)
 
     running = gauge_per_scrape(samples, mn.NUM_REQUESTS_RUNNING)
     nonzero = [v for _, v in running if v > 0]

@@ -1,28 +1,22 @@
 """Keep a point's per-request table and add what it measures to the point's metrics.
 
-One call per point, from the real sweep (`harness.run.point`) and from the simulator
-(`harness.sim.run`), so both write the same `requests.parquet` and the same percentile and
-goodput metrics.
+The table is built from a point's :class:`harness.measurement.Measurement`, by the served
+sweep (`harness.run.point`) and by the simulator (`harness.sim.run`) alike, so both write the
+same `requests.parquet` and the same percentile and goodput metrics.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from harness.analysis.goodput import merge_table_metrics, table_metrics
-from harness.analysis.request_table import (
-    TABLE_NAME,
-    RequestRow,
-    build_table,
-    dataset_keys,
-    read_evalscope_rows,
-    write_table,
-)
+from harness.analysis.request_table import TABLE_NAME, RequestRow, build_table, write_table
 from harness.analysis.slo import Objectives, parse_slo
-from harness.errors import ReproError
+from harness.measurement import Measurement, RequestRecord
 
 
 def keep_request_table(
@@ -40,32 +34,56 @@ def keep_request_table(
         return metrics
     frame = build_table(rows, time_scale=time_scale, epoch_offset=epoch_offset)
     write_table(point_dir / TABLE_NAME, frame)
+    return with_table_metrics(metrics, frame, slo=slo)
+
+
+def table_rows(requests: Sequence[RequestRecord]) -> list[RequestRow]:
+    """Per-request records as table rows: a failed request has no end, TTFT or output tokens
+    in the table (whatever its client recorded); an unknown conversation is -1."""
+    return [
+        RequestRow(
+            conversation=r.conversation if r.conversation is not None else -1,
+            turn=r.turn if r.turn is not None else 1,
+            start=r.start,
+            end=r.end if r.success else None,
+            ttft=r.ttft if r.success else None,
+            output_tokens=r.output_tokens if r.success else None,
+            prompt_tokens=r.prompt_tokens,
+            success=r.success,
+            itl=list(r.itl),
+            think=r.think,
+            server_cached=r.server_cached,
+        )
+        for r in requests
+    ]
+
+
+def request_frame(m: Measurement) -> pd.DataFrame | None:
+    """The point's table (times x the measurement's time scale); None without requests."""
+    if not m.requests:
+        return None
+    return build_table(table_rows(m.requests), time_scale=m.time_scale, epoch_offset=m.epoch_offset)
+
+
+def with_table_metrics(
+    metrics: dict[str, float | None], frame: pd.DataFrame, *, slo: str | None
+) -> dict[str, float | None]:
+    """The metrics plus the table's percentiles (and goodput when the workload names
+    objectives); values already measured are kept."""
     objectives = parse_slo(slo, source="sweep.slo") if slo else None
     return merge_table_metrics(metrics, table_metrics(frame, objectives))
 
 
-def keep_evalscope_table(
-    point_dir: Path,
-    evalscope_point_dir: Path,
-    metrics: dict[str, float | None],
-    *,
-    notes: list[str],
-    dataset: Path | None,
-    think_log: Path | None,
-    slo: str | None,
-    time_scale: float = 1.0,
-    epoch_offset: float | None = None,
+def keep_measurement_table(
+    point_dir: Path, m: Measurement, metrics: dict[str, float | None], *, slo: str | None
 ) -> dict[str, float | None]:
-    """`keep_request_table` from EvalScope's sqlite; an unreadable one leaves no table and a
-    note saying why (the point's other records do not depend on it)."""
-    try:
-        rows = read_evalscope_rows(evalscope_point_dir, dataset_keys(dataset), think_log)
-    except ReproError as exc:
-        notes.append(str(exc))
+    """Write ``point_dir/requests.parquet`` from the measurement's requests; the metrics with
+    the table's. No requests (the client wrote none): no table, metrics unchanged."""
+    frame = request_frame(m)
+    if frame is None:
         return metrics
-    return keep_request_table(
-        point_dir, rows, metrics, slo=slo, time_scale=time_scale, epoch_offset=epoch_offset
-    )
+    write_table(point_dir / TABLE_NAME, frame)
+    return with_table_metrics(metrics, frame, slo=slo)
 
 
 def point_table(run_root: Path, point_id: str) -> pd.DataFrame | None:

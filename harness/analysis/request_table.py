@@ -23,16 +23,15 @@ in seconds (already multiplied back by the time scale K of a simulated engine):
     gap_s            start of this turn - end of the previous turn of the conversation
     start_epoch      start_s on the epoch clock (null when the offset is unknown)
 
-The EvalScope source is its `benchmark_data.db` (docs/evalscope.md §6); its `perf_counter` times are
-joined to the epoch through the monotonic/epoch pair the harness records at child start.
+The rows come from a point's per-request records (`harness.analysis.point_table.table_rows`,
+whichever client measured them); a client's `perf_counter` times are joined to the epoch through
+the monotonic/epoch pair the harness records at child start.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
-import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,116 +162,6 @@ def build_table(
     return frame.sort_values(["start_s", "conversation", "turn"], kind="stable").reset_index(
         drop=True
     )
-
-
-# --------------------------------------------------------------------------- EvalScope source
-
-
-def _log_entries(path: Path | None) -> list[dict[str, Any]]:
-    if path is None or not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):
-            out.append(entry)
-    return out
-
-
-def _think_log(entries: list[dict[str, Any]]) -> dict[tuple[str, int], float]:
-    """(conversation key, turn) -> pause, from the think-time plugin's pause entries."""
-    out: dict[tuple[str, int], float] = {}
-    for entry in entries:
-        if entry.get("kind", "pause") != "pause":
-            continue
-        try:
-            out[(str(entry["key"]), int(entry["turn"]))] = float(entry["pause_s"])
-        except (ValueError, KeyError, TypeError):
-            continue
-    return out
-
-
-def _server_cached(entries: list[dict[str, Any]]) -> dict[float, int]:
-    """Request start (EvalScope's perf_counter value, exact through JSON) -> the server's
-    cached prompt tokens, from the plugin's usage entries (harness/client/thinktime.py)."""
-    out: dict[float, int] = {}
-    for entry in entries:
-        if entry.get("kind") != "usage":
-            continue
-        start, cached = entry.get("start"), entry.get("server_cached_tokens")
-        if isinstance(start, float) and isinstance(cached, int) and not isinstance(cached, bool):
-            out[start] = cached
-    return out
-
-
-def _float(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
-def read_evalscope_rows(
-    point_dir: Path, keys: dict[str, int] | None = None, think_log: Path | None = None
-) -> list[RequestRow]:
-    """Rows of EvalScope's benchmark_data.db, with conversation and turn from each body."""
-    path = point_dir / "benchmark_data.db"
-    if not path.exists():
-        return []
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        rows = con.execute(
-            "SELECT request, start_time, completed_time, first_chunk_latency, success, "
-            "prompt_tokens, completion_tokens, inter_token_latencies FROM result "
-            "ORDER BY start_time"
-        ).fetchall()
-    except sqlite3.Error as exc:
-        raise RunError(f"{path}: cannot read EvalScope's results ({exc})") from None
-    finally:
-        con.close()
-    keys = keys or {}
-    entries = _log_entries(think_log)
-    pauses = _think_log(entries)
-    server_cached = _server_cached(entries)
-    ordinal: dict[str, int] = {}
-    out = []
-    for body, start, end, ttft, ok, prompt, completion, itl in rows:
-        if start is None:
-            continue
-        try:
-            messages = json.loads(body).get("messages") or []
-        except (TypeError, ValueError, AttributeError):
-            messages = []
-        key = first_turn_key(messages)
-        turn = 1 + sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
-        if key in keys:
-            conversation = keys[key]
-        else:
-            conversation = -1 - ordinal.setdefault(key, len(ordinal))
-        try:
-            gaps = [float(g) for g in json.loads(itl or "[]")]
-        except (TypeError, ValueError):
-            gaps = []
-        out.append(
-            RequestRow(
-                conversation=conversation,
-                turn=turn,
-                start=float(start),
-                end=_float(end) if ok else None,
-                ttft=_float(ttft) if ok else None,
-                output_tokens=int(completion) if completion is not None else None,
-                prompt_tokens=int(prompt) if prompt is not None else None,
-                success=bool(ok),
-                itl=gaps,
-                think=pauses.get((key, turn)),
-                server_cached=server_cached.get(float(start)),
-            )
-        )
-    return out
 
 
 def write_table(path: Path, frame: pd.DataFrame) -> None:

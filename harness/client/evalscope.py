@@ -25,9 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from harness import env as harness_env
+from harness.analysis.request_table import dataset_keys
+from harness.client.request_records import RESULTS_DB, read_request_records
 from harness.dataset.thinktime import ThinkTime
-from harness.errors import RunError
-from harness.measurement import RequestTiming
+from harness.errors import ReproError, RunError
+from harness.measurement import (
+    ClientPercentiles,
+    Measurement,
+    Percentiles,
+    RequestRecord,
+    Sample,
+    time_scaled_summary,
+)
 from harness.results import ClientSummary
 from harness.serve.lifeline import guard_group
 
@@ -51,6 +60,27 @@ _SUMMARY_KEYS: dict[str, tuple[str, ...]] = {
     "decoded_tok_per_iter": ("Decoded Tok/Iter", "Avg Decoded Tok/Iter"),
 }
 _REQUIRED = ("total_requests", "success_requests", "failed_requests", "duration_s", "concurrency")
+
+# benchmark_percentile.json: one row per percentile label, one column per quantity
+_PERCENTILE_LABEL = "Percentiles"
+_PERCENTILE_ROWS = {"p50": "50%", "p90": "90%", "p99": "99%"}
+_PERCENTILE_COLUMNS = {
+    "ttft_ms": "TTFT (ms)",
+    "tpot_ms": "TPOT (ms)",
+    "itl_ms": "ITL (ms)",
+    "latency_s": "Latency (s)",
+}
+SUMMARY_FILE = "benchmark_summary.json"
+PERCENTILE_FILE = "benchmark_percentile.json"
+CLIENT_NAME = "EvalScope"  # how a point's reasons name this client
+
+# Every name of EvalScope's files this module reads: no other module of harness/ spells one
+# (tests/client/test_client_boundary.py).
+EVALSCOPE_NAMES: frozenset[str] = frozenset(
+    {key for keys in _SUMMARY_KEYS.values() for key in keys}
+    | {_PERCENTILE_LABEL, *_PERCENTILE_ROWS.values(), *_PERCENTILE_COLUMNS.values()}
+    | {SUMMARY_FILE, PERCENTILE_FILE, RESULTS_DB}
+)
 
 
 def evalscope_executable() -> Path:
@@ -300,7 +330,7 @@ def parse_summary(data: dict[str, Any]) -> ClientSummary:
 
 
 def read_summary(point_dir: Path) -> ClientSummary:
-    path = point_dir / "benchmark_summary.json"
+    path = point_dir / SUMMARY_FILE
     try:
         return parse_summary(json.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
@@ -311,17 +341,32 @@ def read_summary(point_dir: Path) -> ClientSummary:
         raise RunError(f"{path}: {exc}") from None
 
 
-def read_percentiles(point_dir: Path) -> list[dict[str, Any]]:
-    path = point_dir / "benchmark_percentile.json"
+def parse_percentiles(rows: Any) -> ClientPercentiles:
+    """benchmark_percentile.json's rows as typed percentiles (a missing row or column: None;
+    EvalScope's NaN, written where no request measured it, is kept as it wrote it)."""
+    by_label = {str(row.get(_PERCENTILE_LABEL)): row for row in rows or () if isinstance(row, dict)}
+
+    def column(name: str) -> Percentiles:
+        values = []
+        for label in _PERCENTILE_ROWS.values():
+            value = by_label.get(label, {}).get(name)
+            values.append(float(value) if isinstance(value, int | float) else None)
+        return Percentiles(*values)
+
+    return ClientPercentiles(**{key: column(name) for key, name in _PERCENTILE_COLUMNS.items()})
+
+
+def read_percentiles(point_dir: Path) -> ClientPercentiles:
+    path = point_dir / PERCENTILE_FILE
     if not path.exists():
-        return []
+        return ClientPercentiles()
     data = json.loads(path.read_text(encoding="utf-8"))
-    return data if isinstance(data, list) else []
+    return parse_percentiles(data if isinstance(data, list) else [])
 
 
 def _query_results_db(point_dir: Path, sql: str) -> list[tuple]:
     """Rows of EvalScope's benchmark_data.db (read-only); [] when absent or unreadable."""
-    path = point_dir / "benchmark_data.db"
+    path = point_dir / RESULTS_DB
     if not path.exists():
         return []
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -331,26 +376,6 @@ def _query_results_db(point_dir: Path, sql: str) -> list[tuple]:
         return []
     finally:
         con.close()
-
-
-def read_requests(point_dir: Path) -> list[RequestTiming]:
-    """Per-request monotonic timings from benchmark_data.db (table `result`)."""
-    rows = _query_results_db(
-        point_dir,
-        "SELECT start_time, completed_time, success, prompt_tokens, completion_tokens "
-        "FROM result ORDER BY start_time",
-    )
-    return [
-        RequestTiming(
-            float(s),
-            float(c) if c is not None else None,
-            bool(ok),
-            int(p) if p is not None else None,
-            int(n) if n is not None else None,
-        )
-        for s, c, ok, p, n in rows
-        if s is not None
-    ]
 
 
 def read_request_bodies(point_dir: Path) -> list[dict[str, Any]]:
@@ -374,3 +399,42 @@ def read_request_bodies(point_dir: Path) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def read_measurement(
+    point_dir: Path,
+    *,
+    samples: list[Sample] | None = None,
+    time_scale: float = 1.0,
+    epoch_offset: float | None = None,
+    dataset: Path | None = None,
+    think_log: Path | None = None,
+) -> Measurement:
+    """One point's EvalScope outputs (``point_dir``: its `parallel_P_number_N` folder) as a
+    :class:`Measurement`: the summary and percentiles x ``time_scale``, the per-request records
+    from its sqlite (conversation matched to ``dataset``, pauses from the think-time log).
+    A summary that cannot be read is a problem (the point is invalid); a sqlite that cannot be
+    read leaves no per-request records and a note."""
+    problems: list[str] = []
+    notes: list[str] = []
+    client = None
+    try:
+        client = read_summary(point_dir)
+    except ReproError as exc:
+        problems.append(str(exc))
+    requests: list[RequestRecord] = []
+    try:
+        requests = read_request_records(point_dir, keys=dataset_keys(dataset), think_log=think_log)
+    except ReproError as exc:
+        notes.append(str(exc))
+    return Measurement(
+        client_name=CLIENT_NAME,
+        requests=tuple(requests),
+        samples=tuple(samples or ()),
+        client=time_scaled_summary(client, time_scale),
+        percentiles=read_percentiles(point_dir).time_scaled(time_scale),
+        time_scale=time_scale,
+        epoch_offset=epoch_offset,
+        problems=tuple(problems),
+        notes=tuple(notes),
+    )

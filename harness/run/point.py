@@ -14,7 +14,8 @@ import requests
 from harness import metric_names as mn
 from harness.analysis.fidelity import check_fidelity
 from harness.analysis.metrics import derive_point_metrics
-from harness.analysis.point_table import keep_evalscope_table
+from harness.analysis.point_table import keep_measurement_table
+from harness.analysis.validity import invalid_reasons
 from harness.client.evalscope import (
     THINK_LOG,
     ChildResult,
@@ -23,50 +24,17 @@ from harness.client.evalscope import (
     conversations_done,
     evalscope_executable,
     point_output_dir,
-    read_percentiles,
+    read_measurement,
     read_request_bodies,
-    read_requests,
-    read_summary,
     run_child,
 )
 from harness.client.plan import PlannedPoint
 from harness.client.scrape import Sample, Scraper, write_samples_csv
 from harness.engines import Server
-from harness.errors import ReproError
-from harness.results import ClientSummary, PointRecord, RunLayout, atomic_write_json
+from harness.measurement import Measurement
+from harness.results import PointRecord, RunLayout, atomic_write_json
 from harness.run.console import Progress
 from harness.serve.profiles import SweepSpec
-
-
-def rescale_client(client: ClientSummary | None, k: float) -> ClientSummary | None:
-    """Client-side times x K, rates / K: the simulated server ran K x faster than real time."""
-    if client is None or k == 1.0:
-        return client
-    data = client.model_dump()
-    for key in ("duration_s", "mean_latency_s", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms"):
-        if data.get(key) is not None:
-            data[key] *= k
-    for key in ("request_throughput", "output_throughput", "total_throughput"):
-        if data.get(key) is not None:
-            data[key] /= k
-    data["raw"] = {**data.get("raw", {}), "repro_time_scale": k}
-    return ClientSummary.model_validate(data)
-
-
-def rescale_percentiles(rows: list[dict[str, Any]] | None, k: float) -> list[dict[str, Any]]:
-    """Percentile rows with times x K and per-request rates / K."""
-    if not rows or k == 1.0:
-        return list(rows or [])
-    times = ("Latency (s)", "TTFT (ms)", "ITL (ms)", "TPOT (ms)")
-    rates = ("Output (tok/s)", "Total (tok/s)", "Decode (tok/s)")
-    out = []
-    for row in rows:
-        new = dict(row)
-        for key in times + rates:
-            if isinstance(new.get(key), int | float):
-                new[key] = new[key] * k if key in times else new[key] / k
-        out.append(new)
-    return out
 
 
 def warm_up(
@@ -108,8 +76,8 @@ def alive(server: Server) -> bool:
 
 
 @dataclass
-class Measurement:
-    """What one client run produced, before judging."""
+class ClientRun:
+    """What one client process did, before its outputs are read."""
 
     command: list[str]
     child: ChildResult
@@ -128,7 +96,7 @@ def measure(
     spec: SweepSpec,
     progress: Progress,
     time_scale: float = 1.0,
-) -> Measurement:
+) -> ClientRun:
     """Warm up, then run the client with the scraper polling; samples.csv is written here."""
     pdir = layout.point_dir(plan.point_id)
     pdir.mkdir(parents=True, exist_ok=True)
@@ -164,43 +132,19 @@ def measure(
     write_samples_csv(layout.samples_csv(plan.point_id), samples)
     if gaps:
         atomic_write_json(pdir / "scrape_gaps.json", [g.__dict__ for g in gaps])
-    return Measurement(cmd, child, samples, scraper.scrapes_ok, len(gaps), notes)
+    return ClientRun(cmd, child, samples, scraper.scrapes_ok, len(gaps), notes)
 
 
-def client_reasons(
-    client: ClientSummary | None, *, number: int, turns: int, sentinels: list[str]
-) -> list[str]:
-    """Why the client's own summary makes a point invalid (empty: it does not)."""
-    if client is None:
-        return []
-    reasons: list[str] = []
-    expected = number * turns
-    if client.failed_requests:
-        reasons.append(f"EvalScope reported {client.failed_requests} failed requests")
-    if client.total_requests != expected:
-        reasons.append(
-            f"total requests {client.total_requests} != "
-            f"{number} conversations x {turns} turns = {expected}"
-        )
-    elif client.success_requests != expected:
-        reasons.append(f"success requests {client.success_requests} != {expected}")
-    if sentinels:
-        reasons.append(
-            "EvalScope reported no measurement for " + ", ".join(sentinels) + " (stored as null)"
-        )
-    return reasons
-
-
-def _window(m: Measurement, timings: list[Any]) -> tuple[tuple[float, float], float | None]:
+def _window(run: ClientRun, measured: Measurement) -> tuple[tuple[float, float], float | None]:
     """The exact request window on the epoch clock (via the monotonic offset at child start)."""
-    child = m.child
-    offset = child.started_at - child.started_mono
-    ends = [t.end for t in timings if t.end is not None]
-    if timings and ends:
-        window = (min(t.start for t in timings) + offset, max(ends) + offset)
-    else:
+    child = run.child
+    span = measured.window
+    if span is None:
         window = (child.started_at, child.ended_at)
-    busy = window[1] - window[0] if timings else None
+    else:
+        offset = child.started_at - child.started_mono
+        window = (span[0] + offset, span[1] + offset)
+    busy = window[1] - window[0] if measured.requests else None
     return window, busy
 
 
@@ -221,7 +165,7 @@ def run_point(
 
     `time_scale` K (engine sim): the server's clock ran K x faster, so the client's times are
     multiplied by K (rates divided) before any metric is derived."""
-    m = measure(
+    run = measure(
         plan,
         layout=layout,
         server=server,
@@ -230,7 +174,7 @@ def run_point(
         progress=progress,
         time_scale=time_scale,
     )
-    child, notes, reasons = m.child, list(m.notes), []
+    child, notes, reasons = run.child, list(run.notes), []
     if child.timed_out:
         reasons.append(f"client timed out after {spec.point_timeout_s:.0f}s (process group killed)")
     elif child.exit_code != 0:
@@ -241,37 +185,23 @@ def run_point(
     ev_dir = point_output_dir(
         layout.evalscope_dir(plan.point_id), plan.point_id, plan.parallel, plan.number
     )
-    client = None
-    try:
-        client = read_summary(ev_dir)
-    except ReproError as exc:
-        reasons.append(str(exc))
-    client = rescale_client(client, time_scale)
+    measured = read_measurement(
+        ev_dir,
+        samples=run.samples,
+        time_scale=time_scale,
+        epoch_offset=child.started_at - child.started_mono,
+        dataset=args.dataset_path,
+        think_log=layout.evalscope_dir(plan.point_id) / THINK_LOG,
+    )
     if time_scale != 1.0:
         notes.append(
             f"simulated engine at time scale {time_scale:g}: client times x {time_scale:g}"
         )
-    sentinels = list(client.sentinels) if client is not None else []
-    reasons += client_reasons(client, number=plan.number, turns=turns, sentinels=sentinels)
-    timings = read_requests(ev_dir)
-    derived = derive_point_metrics(
-        m.samples,
-        client=client,
-        percentiles=rescale_percentiles(read_percentiles(ev_dir), time_scale),
-        requests=timings,
-        parallel=plan.parallel,
-        gpus=gpus,
-    )
-    derived.metrics = keep_evalscope_table(
-        layout.point_dir(plan.point_id),
-        ev_dir,
-        derived.metrics,
-        notes=notes,
-        dataset=args.dataset_path,
-        think_log=layout.evalscope_dir(plan.point_id) / THINK_LOG,
-        slo=spec.slo,
-        time_scale=time_scale,
-        epoch_offset=child.started_at - child.started_mono,
+    notes += measured.notes
+    reasons += invalid_reasons(measured, conversations=plan.number, turns=turns)
+    derived = derive_point_metrics(measured, parallel=plan.parallel, gpus=gpus)
+    derived.metrics = keep_measurement_table(
+        layout.point_dir(plan.point_id), measured, derived.metrics, slo=spec.slo
     )
     if derived.counter_resets:
         reasons.append(
@@ -279,7 +209,7 @@ def run_point(
         )
     if derived.metrics.get("occupancy") is None:
         notes.append(f"no non-zero {mn.NUM_REQUESTS_RUNNING} sample: occupancy is null")
-    window, busy = _window(m, timings)
+    window, busy = _window(run, measured)
     fidelity = check_fidelity(
         read_request_bodies(ev_dir), expected_turn_tokens=expected_turn_tokens
     )
@@ -292,11 +222,11 @@ def run_point(
         window=window,
         valid=not reasons,
         invalid_reasons=reasons,
-        client=client,
+        client=measured.client,
         metrics=derived.metrics,
-        samples=m.scrapes_ok,
-        scrape_gaps=m.gaps,
-        client_command=m.command,
+        samples=run.scrapes_ok,
+        scrape_gaps=run.gaps,
+        client_command=run.command,
         client_exit_code=child.exit_code,
         overhead_s=(child.ended_at - child.started_at - busy) if busy is not None else None,
         server_restarts=derived.counter_resets,

@@ -1,8 +1,9 @@
 """`repro simulate`: a run directory in the same schema as a real sweep, from the simulator.
 
-Points are planned by `harness.client.plan.plan_points` (the blog's offsets and rotation), derived by
-`harness.analysis.metrics.derive_point_metrics` from the simulated samples.csv and client records, and
-written with `harness.results`' records. Times are virtual seconds from the engine's start.
+Points are planned by `harness.client.plan.plan_points` (the blog's offsets and rotation). Each
+point's simulated client records and samples become a `harness.measurement.Measurement`, judged
+by `harness.analysis.validity` and derived by `harness.analysis.metrics` as a served point's are,
+and written with `harness.results`' records. Times are virtual seconds from the engine's start.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.analysis.metrics import RequestTiming, derive_point_metrics
+from harness.analysis.metrics import derive_point_metrics
+from harness.analysis.point_table import request_frame, with_table_metrics
+from harness.analysis.validity import invalid_reasons
 from harness.client.plan import plan_points
 from harness.client.scrape import write_samples_csv
 from harness.config import read_json, read_yaml, require_mapping
@@ -23,6 +26,7 @@ from harness.dataset.thinktime import PauseTable
 from harness.engine_spec import EngineSpec
 from harness.errors import ConfigError, RunError
 from harness.identity import configuration_key
+from harness.measurement import ClientPercentiles, Measurement, Percentiles, RequestRecord
 from harness.names import check_name
 from harness.paths import DATASETS_DIR, results_dir
 from harness.results import (
@@ -42,7 +46,7 @@ from harness.sim.config import (
     split_overrides,
 )
 from harness.sim.startup import EngineRefused
-from harness.sim.tables import with_table, write_point_table
+from harness.sim.tables import PointOutput, write_point_table
 
 BLOG_SHAPE = {
     "number": 128,
@@ -141,11 +145,65 @@ def _ms(value: float | None) -> float | None:
     return None if value is None else value * 1000.0
 
 
-def _p99(values: list[float]) -> float | None:
+def _percentiles(values: list[float], scale: float = 1.0) -> Percentiles:
+    """p50/p90/p99 (nearest rank below, as EvalScope's percentile table) x ``scale``."""
     if not values:
-        return None
+        return Percentiles()
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * scale
+
+    return Percentiles(at(0.5), at(0.9), at(0.99))
+
+
+ABANDONED = "prompt + max_tokens > max-model-len: conversation abandoned"
+
+
+def request_records(records: list[Turn]) -> tuple[RequestRecord, ...]:
+    """The simulated client's turns as the project's per-request records; a turn's
+    inter-token gaps are its decode time spread over its decode steps."""
+    out = []
+    for r in records:
+        decode = (r.end - r.start - r.ttft) if r.end is not None and r.ttft is not None else 0.0
+        steps = r.decode_steps if r.success else 0
+        out.append(
+            RequestRecord(
+                start=r.start,
+                end=r.end,
+                success=r.success,
+                prompt_tokens=r.prompt,
+                output_tokens=r.out,
+                conversation=r.conv,
+                turn=r.turn,
+                ttft=r.ttft,
+                itl=(decode / steps,) * steps if steps else (),
+                think=r.think,
+                error=None if r.success else ABANDONED,
+            )
+        )
+    return tuple(out)
+
+
+def measurement(client: PointClient, res: Any, *, parallel: int) -> Measurement:
+    """One simulated point as a Measurement: the client's summary and percentiles, its
+    per-request records and the engine's samples (virtual seconds, time scale 1)."""
+    recs = client.records
+    ok = [r for r in recs if r.success and r.end is not None]
+    tpots = [(_span(r) - r.ttft) / (r.out - 1) for r in ok if r.out > 1 and r.ttft is not None]
+    itls = [g for rec in request_records(ok) for g in rec.itl]
+    return Measurement(
+        client_name="the simulated client",
+        requests=request_records(recs),
+        samples=tuple(res.samples),
+        client=client_summary(recs, parallel=parallel, start=res.start),
+        percentiles=ClientPercentiles(
+            ttft_ms=_percentiles([r.ttft for r in ok if r.ttft is not None], 1000.0),
+            tpot_ms=_percentiles(tpots, 1000.0),
+            itl_ms=_percentiles(itls, 1000.0),
+            latency_s=_percentiles([_span(r) for r in ok]),
+        ),
+    )
 
 
 def simulate_points(
@@ -176,57 +234,27 @@ def simulate_points(
             pauses=PauseTable(sweep.think_time) if sweep.think_time.active else None,
         )
         res = engine.run_point(client, sweep.scrape_interval_s)
-        record = _record(plan, client, res, turns, gpus)
+        measured = measurement(client, res, parallel=plan.parallel)
+        record = _record(plan, measured, res, turns, gpus)
         interval = setup.interval80(record.metrics)
         if interval:  # the calibration's 80 % prediction interval (harness.sim.calibrate)
             record.fidelity["interval80"] = interval
-        out.append(with_table(record, res.samples, client, sweep))
+        item = PointOutput((record, res.samples))
+        frame = request_frame(measured)
+        if frame is not None:
+            record.metrics = with_table_metrics(
+                record.metrics, frame, slo=getattr(sweep, "slo", None)
+            )
+            item.table = frame
+        out.append(item)
         engine.now += sweep.sleep_between_points_s
     return out
 
 
-def _record(plan: Any, client: PointClient, res: Any, turns: int, gpus: int) -> PointRecord:
-    recs = client.records
-    summary = client_summary(recs, parallel=plan.parallel, start=res.start)
-    ok = [r for r in recs if r.success]
-    pct = [
-        {
-            "Percentiles": "99%",
-            "TTFT (ms)": _ms(_p99([r.ttft for r in ok if r.ttft is not None])),
-            "TPOT (ms)": _ms(
-                _p99(
-                    [
-                        (_span(r) - r.ttft) / (r.out - 1)
-                        for r in ok
-                        if r.out > 1 and r.ttft is not None
-                    ]
-                )
-            ),
-        }
-    ]
-    timings = [RequestTiming(r.start, r.end, r.success, r.prompt, r.out) for r in recs]
-    derived = derive_point_metrics(
-        res.samples,
-        client=summary,
-        percentiles=pct,
-        requests=timings,
-        parallel=plan.parallel,
-        gpus=gpus,
-    )
-    expected = plan.number * turns
-    reasons = []
-    if summary.failed_requests:
-        reasons.append(
-            f"{summary.failed_requests} failed requests (prompt + max_tokens > "
-            "max-model-len: conversation abandoned)"
-        )
-    if summary.total_requests != expected:
-        reasons.append(
-            f"total requests {summary.total_requests} != {plan.number} "
-            f"conversations x {turns} turns = {expected}"
-        )
-    ends = [r.end for r in recs if r.end is not None]
-    window = (min(r.start for r in recs), max(ends)) if recs and ends else (res.start, res.end)
+def _record(plan: Any, measured: Measurement, res: Any, turns: int, gpus: int) -> PointRecord:
+    derived = derive_point_metrics(measured, parallel=plan.parallel, gpus=gpus)
+    reasons = invalid_reasons(measured, conversations=plan.number, turns=turns)
+    window = measured.window or (res.start, res.end)
     return PointRecord(
         **plan.identity(turns),
         started_at=res.start,
@@ -234,7 +262,7 @@ def _record(plan: Any, client: PointClient, res: Any, turns: int, gpus: int) -> 
         window=window,
         valid=not reasons,
         invalid_reasons=reasons,
-        client=summary,
+        client=measured.client,
         metrics=derived.metrics,
         samples=derived.scrapes,
         scrape_gaps=0,

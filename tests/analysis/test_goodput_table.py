@@ -8,14 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.point_table import keep_request_table
+from harness.analysis.point_table import keep_request_table, table_rows
 from harness.analysis.request_table import (
     COLUMNS,
     dataset_keys,
-    read_evalscope_rows,
     read_table,
 )
+from harness.client.request_records import read_request_records
 from harness.errors import RunError
+
+
+def evalscope_rows(point_dir, keys=None, think_log=None):
+    """The table rows of a point's EvalScope results, read by the client adapter."""
+    return table_rows(read_request_records(point_dir, keys=keys, think_log=think_log))
+
 
 # EvalScope 1.7's `result` table (perf/utils/db_util.py, create_result_table)
 SCHEMA = """CREATE TABLE result(request TEXT, start_time REAL, inter_token_latencies TEXT,
@@ -89,7 +95,7 @@ def test_rows_carry_dataset_conversation_turn_and_gaps(tmp_path):
     key1 = first_turn_key(first_turns(3)[1])
     log.write_text(json.dumps({"key": key1, "turn": 2, "pause_s": 2.0}) + "\n")
     keys = dataset_keys(write_dataset(tmp_path / "ds.json"))
-    rows = read_evalscope_rows(ev, keys, log)
+    rows = evalscope_rows(ev, keys, log)
     point_dir = tmp_path / "point"
     metrics = keep_request_table(point_dir, rows, {"p99_ttft_ms": 555.0}, slo="ttft=550ms")
     table = read_table(point_dir / "requests.parquet")
@@ -121,14 +127,14 @@ def pd_isna(value) -> bool:
 def test_unmatched_conversations_get_negative_ordinals(tmp_path):
     ev = tmp_path / "ev"
     write_db(ev, REQUESTS)
-    rows = read_evalscope_rows(ev, {})
+    rows = evalscope_rows(ev, {})
     assert sorted({r.conversation for r in rows}) == [-2, -1]
 
 
 def test_time_scale_multiplies_times(tmp_path):
     ev = tmp_path / "ev"
     write_db(ev, REQUESTS[:1])
-    keep_request_table(tmp_path / "p", read_evalscope_rows(ev), {}, slo=None, time_scale=10.0)
+    keep_request_table(tmp_path / "p", evalscope_rows(ev), {}, slo=None, time_scale=10.0)
     table = read_table(tmp_path / "p" / "requests.parquet")
     assert table["ttft_s"].iloc[0] == pytest.approx(5.0)
     assert table["latency_s"].iloc[0] == pytest.approx(10.0)
@@ -141,18 +147,3 @@ def test_bad_table_file_is_named(tmp_path):
         read_table(bad)
     with pytest.raises(RunError, match="missing"):
         read_table(tmp_path / "none.parquet")
-
-
-def test_unreadable_evalscope_db_leaves_no_table_and_a_note(tmp_path):
-    from harness.analysis.point_table import keep_evalscope_table
-
-    ev = tmp_path / "ev"
-    ev.mkdir()
-    (ev / "benchmark_data.db").write_bytes(b"not a database at all" * 100)
-    notes: list[str] = []
-    metrics = keep_evalscope_table(
-        tmp_path / "p", ev, {"occupancy": 2.0}, notes=notes, dataset=None, think_log=None, slo=None
-    )
-    assert metrics == {"occupancy": 2.0}
-    assert not (tmp_path / "p" / "requests.parquet").exists()
-    assert len(notes) == 1 and "benchmark_data.db: cannot read EvalScope's results" in notes[0]

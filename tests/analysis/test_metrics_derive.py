@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from harness.analysis.metrics import (
-    RequestTiming,
-    client_in_flight_mean,
-    counter_delta,
-    derive_point_metrics,
-)
-from harness.client.evalscope import parse_summary
+from harness.analysis.metrics import client_in_flight_mean, counter_delta, derive_point_metrics
+from harness.client.evalscope import parse_percentiles, parse_summary
 from harness.client.scrape import Sample, parse_metrics
 from harness.errors import RunError
+from harness.measurement import Measurement, RequestRecord
+
+
+def derive(samples, *, client=None, percentiles=(), parallel: int, gpus: int):
+    """The metrics of a measurement holding these samples, summary and percentile rows."""
+    m = Measurement(
+        "EvalScope",
+        samples=tuple(samples),
+        client=client,
+        percentiles=parse_percentiles(list(percentiles)),
+    )
+    return derive_point_metrics(m, parallel=parallel, gpus=gpus)
 
 
 def s(t: float, name: str, value: float, **labels: str) -> Sample:
@@ -72,14 +79,14 @@ def test_client_metrics_from_summary_and_gpu_divisor():
         {"Percentiles": "50%", "TTFT (ms)": 30.0, "TPOT (ms)": 19.0},
         {"Percentiles": "99%", "TTFT (ms)": 90.0, "TPOT (ms)": 25.0},
     ]
-    out = derive_point_metrics([], client=client, percentiles=rows, parallel=4, gpus=8).metrics
+    out = derive([], client=client, percentiles=rows, parallel=4, gpus=8).metrics
     assert out["interactivity"] == pytest.approx(50.0)
     assert out["throughput_per_gpu"] == pytest.approx(2073.6 / 8)
     assert out["output_throughput_per_gpu"] == pytest.approx(153.6 / 8)
     assert out["output_tps_per_user"] == pytest.approx(153.6 / 4)
     assert out["client_kv_cache_hit_rate"] == pytest.approx(0.75)
     assert (out["p99_ttft_ms"], out["p99_tpot_ms"]) == (90.0, 25.0)
-    cpu = derive_point_metrics([], client=client, parallel=4, gpus=0).metrics
+    cpu = derive([], client=client, parallel=4, gpus=0).metrics
     assert cpu["throughput_per_gpu"] == pytest.approx(2073.6)  # max(gpus, 1)
 
 
@@ -94,15 +101,15 @@ def test_occupancy_is_mean_of_nonzero_engine_sums():
         s(3, "vllm:num_requests_running", 0, engine="0"),
         s(3, "vllm:num_requests_running", 0, engine="1"),
     ]
-    out = derive_point_metrics(samples, client=None, parallel=8, gpus=1).metrics
+    out = derive(samples, client=None, parallel=8, gpus=1).metrics
     assert out["occupancy"] == pytest.approx((5 + 7) / 2)
 
 
 def test_occupancy_is_null_not_zero_without_nonzero_samples():
     samples = [s(t, "vllm:num_requests_running", 0, engine="0") for t in range(3)]
-    out = derive_point_metrics(samples, client=None, parallel=1, gpus=1).metrics
+    out = derive(samples, client=None, parallel=1, gpus=1).metrics
     assert out["occupancy"] is None
-    assert derive_point_metrics([], client=None, parallel=1, gpus=1).metrics["occupancy"] is None
+    assert derive([], client=None, parallel=1, gpus=1).metrics["occupancy"] is None
 
 
 def test_counter_reset_is_handled_and_counted():
@@ -114,7 +121,7 @@ def test_counter_reset_is_handled_and_counted():
     ]
     value, resets = counter_delta(samples, "vllm:num_preemptions")
     assert (value, resets) == (5 + 2 + 4, 1)
-    derived = derive_point_metrics(samples, client=None, parallel=1, gpus=1)
+    derived = derive(samples, client=None, parallel=1, gpus=1)
     assert derived.metrics["preemptions"] == 11
     assert derived.counter_resets == 1
 
@@ -130,14 +137,14 @@ def test_counters_sum_over_engines_and_accept_both_names():
         s(0, "vllm:spec_decode_num_draft_tokens_total", 0, engine="0"),
         s(5, "vllm:spec_decode_num_draft_tokens_total", 600, engine="0"),
     ]
-    out = derive_point_metrics(samples, client=None, parallel=1, gpus=1).metrics
+    out = derive(samples, client=None, parallel=1, gpus=1).metrics
     assert out["mtp_acceptance_length"] == pytest.approx(1 + 300 / 200)
     assert out["spec_acceptance_rate"] == pytest.approx(0.5)
 
 
 def test_no_spec_decode_means_null_acceptance():
     samples = [s(0, "vllm:num_preemptions_total", 0), s(1, "vllm:num_preemptions_total", 0)]
-    out = derive_point_metrics(samples, client=None, parallel=1, gpus=1).metrics
+    out = derive(samples, client=None, parallel=1, gpus=1).metrics
     assert out["mtp_acceptance_length"] is None
     assert out["spec_acceptance_rate"] is None
     assert out["preemptions"] == 0
@@ -162,7 +169,7 @@ def test_gauges_prefix_cache_server_tpot_and_kv_max_over_engines():
         s(0, "vllm:request_time_per_output_token_seconds_count", 10),
         s(1, "vllm:request_time_per_output_token_seconds_count", 35),
     ]
-    out = derive_point_metrics(samples, client=None, parallel=1, gpus=1).metrics
+    out = derive(samples, client=None, parallel=1, gpus=1).metrics
     assert out["waiting_mean"] == pytest.approx(3.0) and out["waiting_max"] == 6
     assert out["kv_cache_usage_mean"] == pytest.approx(0.75) and out["kv_cache_usage_max"] == 0.9
     assert out["prefix_cache_hit_rate"] == pytest.approx(300 / 400)
@@ -183,21 +190,21 @@ def test_connector_metrics_when_present():
         s(0, "vllm:kv_offload_total_bytes_total", 0, transfer_type="GPU_to_CPU"),
         s(1, "vllm:kv_offload_total_bytes_total", 3 * gib, transfer_type="GPU_to_CPU"),
     ]
-    out = derive_point_metrics(samples, client=None, parallel=1, gpus=1).metrics
+    out = derive(samples, client=None, parallel=1, gpus=1).metrics
     assert out["hisparse_hit_rate"] == pytest.approx(0.9)
     assert out["hisparse_h2d_gib"] == pytest.approx(2.0)
     assert out["offload_load_gib"] == pytest.approx(1.0)
     assert out["offload_store_gib"] == pytest.approx(3.0)
-    none = derive_point_metrics([], client=None, parallel=1, gpus=1).metrics
+    none = derive([], client=None, parallel=1, gpus=1).metrics
     assert none["hisparse_hit_rate"] is None and none["offload_load_gib"] is None
 
 
 def test_client_in_flight_is_time_weighted():
     reqs = [
-        RequestTiming(0.0, 4.0, True),
-        RequestTiming(1.0, 3.0, True),
-        RequestTiming(2.0, 4.0, True),
-        RequestTiming(3.0, None, False),
+        RequestRecord(0.0, 4.0, True),
+        RequestRecord(1.0, 3.0, True),
+        RequestRecord(2.0, 4.0, True),
+        RequestRecord(3.0, None, False),
     ]
     assert client_in_flight_mean(reqs) == pytest.approx((4 + 2 + 2) / 4)
     assert client_in_flight_mean([]) is None

@@ -6,6 +6,7 @@ import pytest
 
 from harness.analysis.metrics import derive_point_metrics
 from harness.client.scrape import Sample
+from harness.measurement import Measurement
 
 GIB = float(1 << 30)
 
@@ -15,7 +16,9 @@ def s(t: float, name: str, value: float, **labels: str) -> Sample:
 
 
 def derive(samples: list[Sample]):
-    return derive_point_metrics(samples, client=None, parallel=1, gpus=8)
+    return derive_point_metrics(
+        Measurement("EvalScope", samples=tuple(samples)), parallel=1, gpus=8
+    )
 
 
 def test_deprecated_offload_counters_use_exact_case_labels() -> None:

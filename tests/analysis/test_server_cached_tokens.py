@@ -11,15 +11,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis.point_table import keep_request_table
+from harness.analysis.point_table import keep_request_table, table_rows
 from harness.analysis.request_table import (
     COLUMNS,
     TABLE_NAME,
     first_turn_key,
-    read_evalscope_rows,
     read_table,
 )
+from harness.client.request_records import read_request_records
 from harness.client.thinktime import read_log
+
+
+def evalscope_rows(point_dir, keys=None, think_log=None):
+    """The table rows of a point's EvalScope results, read by the client adapter."""
+    return table_rows(read_request_records(point_dir, keys=keys, think_log=think_log))
+
 
 # EvalScope 1.7's `result` table (perf/utils/db_util.py, create_result_table)
 SCHEMA = """CREATE TABLE result(request TEXT, start_time REAL, inter_token_latencies TEXT,
@@ -65,7 +71,7 @@ def test_server_cached_tokens_join_on_the_exact_start(tmp_path: Path) -> None:
     _write(ev, log, (0, 192, None))
     assert [e["turn"] for e in read_log(log)] == [2, 3]  # pauses only by default
     assert [e["server_cached_tokens"] for e in read_log(log, "usage")] == [0, 192, None]
-    rows = read_evalscope_rows(ev, {}, log)
+    rows = evalscope_rows(ev, {}, log)
     assert [(r.turn, r.server_cached, r.think) for r in rows] == [
         (1, 0, None),
         (2, 192, 0.5),
@@ -86,7 +92,7 @@ def test_server_cached_tokens_join_on_the_exact_start(tmp_path: Path) -> None:
 def test_without_the_plugin_log_the_column_is_null(tmp_path: Path) -> None:
     ev, log = tmp_path / "ev", tmp_path / "unused.jsonl"
     _write(ev, log, (5, 6, 7))
-    rows = read_evalscope_rows(ev, {}, None)
+    rows = evalscope_rows(ev, {}, None)
     assert [r.server_cached for r in rows] == [None, None, None]
 
 
@@ -94,7 +100,7 @@ def test_a_table_written_before_the_column_reads_as_null(tmp_path: Path) -> None
     ev, log = tmp_path / "ev", tmp_path / "think_time.jsonl"
     _write(ev, log, (0, 64, 128))
     point = tmp_path / "point"
-    keep_request_table(point, read_evalscope_rows(ev, {}, log), {}, slo=None)
+    keep_request_table(point, evalscope_rows(ev, {}, log), {}, slo=None)
     old = pd.read_parquet(point / TABLE_NAME).drop(columns=["server_cached_tokens"])
     old.to_parquet(point / TABLE_NAME, index=False)
     table = read_table(point / TABLE_NAME)

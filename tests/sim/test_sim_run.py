@@ -9,6 +9,7 @@ import pytest
 
 from harness.analysis.compare import compare_runs
 from harness.analysis.metrics import derive_point_metrics
+from harness.measurement import Measurement
 from harness.client.scrape import read_samples_csv
 from harness.errors import RunError
 from harness.results import load_run
@@ -55,7 +56,9 @@ def test_run_directory_has_the_sweep_schema_and_derived_metrics(small, tmp_path)
         "vllm:prefix_cache_hits_total",
         "vllm:kv_cache_usage_perc",
     } <= names
-    again = derive_point_metrics(samples, client=c4.client, parallel=4, gpus=8)
+    again = derive_point_metrics(
+        Measurement("sim", samples=tuple(samples), client=c4.client), parallel=4, gpus=8
+    )
     assert again.metrics["occupancy"] == c4.metrics["occupancy"] is not None
     assert 1.0 <= c4.metrics["occupancy"] <= 4.0
     # 30,000-token first turns: the turn-2 prompt is 30,720 tokens; client estimate as EvalScope

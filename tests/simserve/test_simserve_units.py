@@ -13,8 +13,8 @@ import pytest
 
 from harness.dataset import ensure_dataset
 from harness.errors import ConfigError
+from harness.measurement import ClientPercentiles, Percentiles, time_scaled_summary
 from harness.results import ClientSummary
-from harness.run.point import rescale_client, rescale_percentiles
 from harness.serve.profiles import load_profile
 from harness.sim.config import setup_from_profile
 from harness.sim.serve.faults import Faults, FaultState
@@ -117,14 +117,15 @@ def test_client_times_are_rescaled_by_k():
         mean_tpot_ms=20.0,
         mean_itl_ms=8.0,
     )
-    scaled = rescale_client(client, 4.0)
+    scaled = time_scaled_summary(client, 4.0)
     assert scaled.duration_s == 40.0 and scaled.mean_tpot_ms == 80.0
     assert scaled.mean_ttft_ms == 400.0 and scaled.mean_latency_s == 20.0
     assert scaled.total_throughput == 250.0 and scaled.output_throughput == 22.0
     assert scaled.raw["repro_time_scale"] == 4.0
-    assert rescale_client(client, 1.0) is client
-    rows = rescale_percentiles([{"Percentiles": "99%", "TPOT (ms)": 30.0, "Total (tok/s)": 8.0}], 2)
-    assert rows == [{"Percentiles": "99%", "TPOT (ms)": 60.0, "Total (tok/s)": 4.0}]
+    assert time_scaled_summary(client, 1.0) is client
+    table = ClientPercentiles(tpot_ms=Percentiles(p99=30.0), latency_s=Percentiles(10.0, 20.0))
+    assert table.time_scaled(2).tpot_ms == Percentiles(p99=60.0)
+    assert table.time_scaled(2).latency_s == Percentiles(20.0, 40.0)
 
 
 def _live(profile: str, k: float) -> tuple[LiveEngine, list]:
