@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from harness.cli.options import flag, path_option, text_option
+
+if TYPE_CHECKING:  # the CLI imports its areas' modules lazily
+    from harness.analysis.slo import Objectives
 
 
 def register(group: click.Group) -> None:
@@ -37,12 +41,20 @@ def register(group: click.Group) -> None:
     help="A simulated run (repro simulate) to overlay on the real RUN: figures, tables and a "
     "static-limit / predicted / measured table per point. Repeatable.",
 )
+@text_option(
+    "--slo",
+    metavar="OBJECTIVES",
+    help="Latency objectives, e.g. ttft=2s,tpot=50ms: per run, each point's attainment and "
+    "goodput and the highest concurrency meeting them for >= 90 % of requests, recomputed from "
+    "the per-request tables (default: each run's sweep.slo, as recorded).",
+)
 def report(
     runs: tuple[str, ...],
     baseline: str | None,
     out: Path | None,
     title: str | None,
     predicted: tuple[str, ...],
+    slo: str | None,
 ) -> None:
     """Write one standalone, offline HTML dashboard for one or more runs.
 
@@ -57,13 +69,29 @@ def report(
       repro report results/nightly-b --baseline results/nightly-a --out pr.html
       repro report results/cpu-tiny-pressure-x --predicted results/sim-cpu-tiny-pressure-x
     """
+    from harness.analysis.slo import parse_slo
     from harness.report.dashboard import resolve_run_dir, write_report
 
+    objectives = parse_slo(slo, source="--slo") if slo is not None else None
     dirs = [resolve_run_dir(r) for r in runs]
     base = resolve_run_dir(baseline) if baseline else None
     sims = [resolve_run_dir(r) for r in predicted]
-    path = write_report(dirs, baseline=base, out=out, title=title, predicted=sims)
+    path = write_report(
+        dirs, baseline=base, out=out, title=title, predicted=sims, objectives=objectives
+    )
+    _echo_objectives([*dirs, *([base] if base else [])], objectives)
     click.echo(str(path))
+
+
+def _echo_objectives(dirs: list[Path], objectives: Objectives | None) -> None:
+    """Per run with objectives, its highest concurrency meeting them (on stderr: stdout is
+    the report's path, for scripts)."""
+    from harness.report.tables import slo_lines, slo_rows
+    from harness.results import load_run
+
+    unique = list(dict.fromkeys(d.resolve() for d in dirs))
+    for line in slo_lines(slo_rows([load_run(d) for d in unique], objectives)):
+        click.echo(line, err=True)
 
 
 @click.command()
@@ -77,7 +105,15 @@ def report(
     help="Relative change under which two values count as the same [default: 0.02].",
 )
 @flag("--all", "include_empty", help="Also list metrics that neither run has.")
-def compare(a: str, b: str, as_json: bool, tolerance: float | None, include_empty: bool) -> None:
+@text_option(
+    "--slo",
+    metavar="OBJECTIVES",
+    help="Latency objectives, e.g. ttft=2s,tpot=50ms: also print each run's highest "
+    "concurrency meeting them for >= 90 % of requests (default: each run's sweep.slo).",
+)
+def compare(
+    a: str, b: str, as_json: bool, tolerance: float | None, include_empty: bool, slo: str | None
+) -> None:
     """Compare run B against run A, point by point, for every derived metric.
 
     Points are matched by (parallel, number), repeats reduced to medians. Each row shows A, B,
@@ -100,9 +136,12 @@ def compare(a: str, b: str, as_json: bool, tolerance: float | None, include_empt
         render_table,
         workload_warning,
     )
+    from harness.analysis.slo import parse_slo
     from harness.report.dashboard import resolve_run_dir
+    from harness.report.tables import slo_lines, slo_rows
     from harness.results import load_run
 
+    objectives = parse_slo(slo, source="--slo") if slo is not None else None
     tol = DEFAULT_TOLERANCE if tolerance is None else tolerance
     run_a, run_b = load_run(resolve_run_dir(a)), load_run(resolve_run_dir(b))
     warning = workload_warning(run_a, run_b)
@@ -119,6 +158,8 @@ def compare(a: str, b: str, as_json: bool, tolerance: float | None, include_empt
             ),
             nl=False,
         )
+        for line in slo_lines(slo_rows([run_a, run_b], objectives)):
+            click.echo(line)
 
 
 @click.command()

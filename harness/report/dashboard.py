@@ -4,14 +4,18 @@ The file embeds plotly.js once, inline, and loads nothing else: no CDN, no fonts
 opens from a PR artifact or an air-gapped laptop. Sections:
 
 1. the blog-definition figure (published MTP3 values overlaid, labelled "published") and the
-   vLLM bench-sweep-definition figure;
+   vLLM bench-sweep-definition figure; the per-turn figures; the think-time study figure when
+   the runs vary think time (harness/report/think_time.py);
 2. invalid points, flagged with their reasons;
-3. per-point tables of every derived metric (`harness.results.METRICS`) side by side, with a
+3. per arm, when objectives are given (`--slo`) or named by the workload (`sweep.slo`): the
+   attainment and goodput of every point and the highest concurrency meeting them for >= 90 %
+   of requests;
+4. per-point tables of every derived metric (`harness.results.METRICS`) side by side, with a
    ratio column against the baseline (better/worse by the metric's direction);
-4. per-point time series of the scraped metrics (running, waiting, KV usage, preemptions, MTP
+5. per-point time series of the scraped metrics (running, waiting, KV usage, preemptions, MTP
    acceptance) from each point's samples.csv;
-5. provenance: serve command, build, dataset checksum, client, overrides, host;
-6. the published reference values, with their source and uncertainty.
+6. provenance: serve command, build, dataset checksum, client, overrides, host;
+7. the published reference values, with their source and uncertainty.
 
 The page is `templates/dashboard.html.jinja` (with its CSS and JS beside it); the sections'
 data come from `harness.report.tables` and `harness.report.timeseries`.
@@ -34,13 +38,22 @@ from plotly.offline import get_plotlyjs
 
 from harness import __version__
 from harness.analysis.compare import DEFAULT_TOLERANCE
+from harness.analysis.goodput import ATTAINMENT_THRESHOLD
+from harness.analysis.slo import Objectives
 from harness.capacity.figures import capacity_figures
 from harness.errors import ReproError, RunError
 from harness.paths import dashboards_dir, results_dir
 from harness.report.figures import Series, figure_title, load_published, pareto_figure, run_series
 from harness.report.per_turn import per_turn_figures
 from harness.report.predicted import predicted_tables
-from harness.report.tables import curve_table, fmt_cell, point_tables, provenance, when
+from harness.report.tables import (
+    curve_table,
+    fmt_cell,
+    point_tables,
+    provenance,
+    slo_rows,
+    when,
+)
 from harness.report.think_time import CAPTION as THINK_TIME_CAPTION
 from harness.report.think_time import think_time_figure
 from harness.report.timeseries import timeseries_figures
@@ -178,11 +191,15 @@ def render_report(
     baseline_index: int = 0,
     title: str | None = None,
     predicted: Sequence[Run] = (),
+    objectives: Objectives | None = None,
 ) -> str:
     """The report's HTML text for loaded runs (runs[baseline_index] is the baseline).
 
     `predicted` simulated runs are overlaid on every figure and table (labelled simulated) and
     each gets a predicted-beside-measured table against the real run it predicts.
+    `objectives` (`repro report --slo`): each run's attainment, goodput and highest concurrency
+    meeting them, recomputed from the per-request tables; without, runs whose workload names
+    objectives (`sweep.slo`) show them as recorded.
     """
     if not runs:
         raise RunError("report: no runs given")
@@ -220,6 +237,8 @@ def render_report(
         capacity_notes=capacity_notes,
         predicted=prediction,
         tables=[curve_table(runs, baseline_index), *point_tables(runs, baseline_index)],
+        slo=slo_rows(runs, objectives),
+        slo_threshold=f"{ATTAINMENT_THRESHOLD:.0%}",
         timeseries=timeseries,
         published=published,
     )
@@ -243,10 +262,12 @@ def write_report(
     out: Path | None = None,
     title: str | None = None,
     predicted: Sequence[Path] = (),
+    objectives: Objectives | None = None,
 ) -> Path:
     """Write the standalone HTML report; returns its path (default: dashboards_dir()).
 
     `predicted`: simulated runs overlaid on the real ones (`repro report RUN --predicted SIM`).
+    `objectives`: `repro report --slo` (see `render_report`).
 
     The baseline (default: the first run) is shown first and is the denominator of every ratio.
     A baseline not among `run_dirs` is added to the report.
@@ -262,7 +283,9 @@ def write_report(
         raise RunError("report: give at least one run directory")
     runs = [load_run(d) for d in dirs]
     sims = [load_run(d) for d in predicted]
-    html_text = render_report(runs, baseline_index=0, title=title, predicted=sims)
+    html_text = render_report(
+        runs, baseline_index=0, title=title, predicted=sims, objectives=objectives
+    )
     path = Path(out) if out else default_report_path(runs)
     if path.suffix.lower() not in {".html", ".htm"}:
         raise RunError(f"{path}: the report is HTML; give --out a .html file name")

@@ -1,19 +1,24 @@
 """The dashboard's tables: derived metrics per point and per curve side by side (ratio against
-the baseline run), and each run's provenance panel."""
+the baseline run), each run's provenance panel, and per arm the highest concurrency meeting
+the latency objectives."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import shlex
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
 from harness.analysis.compare import CURVE_METRICS, compare_curves, compare_runs, curve_values
-from harness.analysis.groups import SeriesPoint
+from harness.analysis.goodput import ATTAINMENT_THRESHOLD, meeting_slo, table_metrics
+from harness.analysis.groups import SeriesPoint, group_by_point
+from harness.analysis.point_table import point_table
+from harness.analysis.slo import Objectives
 from harness.coherence import coherence_line
 from harness.report.figures import run_series
-from harness.results import METRICS, Run
+from harness.results import METRICS, PointRecord, Run
 from harness.text import fmt_number
 
 
@@ -181,4 +186,80 @@ def provenance(run: Run) -> list[tuple[str, str, bool]]:
         ("launch", _pretty(m.launch), True),
         ("harness version", m.harness_version, False),
         ("notes", "\n".join(m.notes) or "–", True),
+    ]
+
+
+# --------------------------------------------------------------------------- objectives
+
+
+def _under(run: Run, point: PointRecord, objectives: Objectives | None) -> PointRecord:
+    """The point with `slo_attainment` and `goodput_rps` under `objectives`, recomputed from
+    its per-request table (None without one); as recorded when `objectives` is None."""
+    if objectives is None:
+        return point
+    table = point_table(run.root, point.point_id)
+    extra = table_metrics(table, objectives) if table is not None else {}
+    metrics = dict(point.metrics)
+    metrics["slo_attainment"] = extra.get("slo_attainment")
+    metrics["goodput_rps"] = extra.get("goodput_rps")
+    return point.model_copy(update={"metrics": metrics})
+
+
+def _share(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0%}"
+
+
+def _median(points: Sequence[PointRecord], key: str) -> float | None:
+    values = [float(v) for p in points if p.valid and (v := p.metrics.get(key)) is not None]
+    return statistics.median(values) if values else None
+
+
+def slo_rows(runs: Sequence[Run], objectives: Objectives | None = None) -> list[dict[str, Any]]:
+    """Per run (arm): the objectives (`objectives`, else the run's `sweep.slo`), each point's
+    attainment and goodput (median over valid repeats) and the highest concurrency whose
+    attainment is at least ATTAINMENT_THRESHOLD (the rule of `claims check`'s ``point: slo``).
+    Runs without objectives are left out."""
+    rows = []
+    for run in runs:
+        recorded = run.manifest.sweep.get("slo")
+        if objectives is None and not recorded:
+            continue
+        text = objectives.text() if objectives is not None else str(recorded)
+        groups = [
+            [_under(run, p, objectives) for p in group]
+            for group in group_by_point(run.points).values()
+        ]
+        meeting = meeting_slo(groups)
+        best = meeting[-1:]
+        met = {(g[0].parallel, g[0].number) for g in meeting}
+        rows.append(
+            {
+                "run": run.name,
+                "profile": run.manifest.profile_name,
+                "objectives": text,
+                "source": "--slo" if objectives is not None else "sweep.slo",
+                "best": f"c{best[0][0].parallel}" if best else "none",
+                "best_parallel": best[0][0].parallel if best else None,
+                "points": [
+                    {
+                        "label": g[0].label,
+                        "parallel": g[0].parallel,
+                        "attainment": _share(_median(g, "slo_attainment")),
+                        "goodput": fmt_cell(_median(g, "goodput_rps")),
+                        "meets": (g[0].parallel, g[0].number) in met,
+                    }
+                    for g in groups
+                ],
+            }
+        )
+    return rows
+
+
+def slo_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per arm, for a terminal."""
+    pct = f"{ATTAINMENT_THRESHOLD:.0%}"
+    return [
+        f"{r['run']} ({r['profile']}): highest concurrency meeting {r['objectives']} for >= "
+        f"{pct} of requests: {r['best']}"
+        for r in rows
     ]
