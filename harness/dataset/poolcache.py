@@ -144,7 +144,7 @@ class PoolCache:
 
 
 def _digest(ids: np.ndarray) -> str:
-    return hashlib.sha256(memoryview(np.ascontiguousarray(ids, np.int32))).hexdigest()
+    return hashlib.sha256(np.ascontiguousarray(ids, np.int32).data).hexdigest()
 
 
 def _check(meta: Any, arrays: dict[str, np.ndarray], key: str) -> str | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
 
 from harness.config import read_yaml
 from harness.errors import ConfigError
@@ -171,7 +172,7 @@ def make_recipe(
         raise ConfigError(_format_validation(exc, where)) from exc
 
 
-def cli_fields() -> list[tuple[str, Any, list[str]]]:
+def cli_fields() -> list[tuple[str, FieldInfo, list[str]]]:
     """(field name, pydantic FieldInfo, original option names) of every field that is a
     `repro dataset build` option, in declaration order."""
     fields = []
@@ -179,7 +180,8 @@ def cli_fields() -> list[tuple[str, Any, list[str]]]:
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         if extra.get("cli") is False:
             continue
-        fields.append((name, info, list(extra.get("cli_aliases") or [])))
+        aliases = extra.get("cli_aliases") or []
+        fields.append((name, info, [str(a) for a in aliases] if isinstance(aliases, list) else []))
     return fields
 
 

@@ -138,7 +138,7 @@ def option_entry(action, name: str) -> tuple[dict, type | None]:
         return {"kind": "bool", "negatable": True}, None
     if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
         return {"kind": "bool", "negatable": False}, None
-    entry = {"kind": kind_of(action.type)}
+    entry: dict[str, str | list[str]] = {"kind": kind_of(action.type)}
     if action.nargs not in (None, 0):
         entry["nargs"] = str(action.nargs)
     if action.choices:
