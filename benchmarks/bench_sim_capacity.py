@@ -1,19 +1,27 @@
-"""Simulator vs `repro capacity` (issue 24 item 6): occupancy well above capacity on H200, B200
-and B300, with only the GPU facts changed (the H200 calibration's step cost, no refit; the KV
-pool from the capacity model for each GPU, as `repro capacity` computes it).
+"""Simulator vs `repro capacity` as shipped (issue 24 item 6): occupancy well above capacity on
+H200, B200 and B300, with only the GPU facts changed (the H200 calibration, no refit).
 
-Workload: 8-turn conversations whose context grows from 76,000 to ~83,000 tokens (the static
-limit is the calculator's at 80,000: baseline for offloading, HiSparse for HiSparse; no MTP,
-whose hot buffer the calculator's default already assumes; the 384 GiB HiSparse host pool in the
-served layout), with twice the static limit of
-clients (at most 300; max-num-seqs is 256): every arm is memory-bound.
+Per GPU and arm (no MTP, whose hot buffer the calculator's default assumes):
+* `shipped`: `repro capacity --gpu G --seq-len 80000` with the arm's topology (max-num-seqs 256,
+  and for HiSparse its 384 GiB host pool: `--host-pool-gib 384`), i.e. the calculator's 15 GiB
+  runtime reserve and its 576 B host rows;
+* `mechanisms`: the same formulas with the two quantities the simulator models differently: the
+  KV pool vLLM derives at start-up (0.92 x HBM - weights - the calibration's runtime_gib, null
+  block) and the host block in the served layout (656 B fp8_ds_mla rows, host_bytes_scale);
+* `simulated`: the mean running requests of a simulated point with twice the `mechanisms`
+  limit of clients (at most 300), on 8-turn conversations whose context grows from 76,000 to
+  ~83,000 tokens; every arm is memory-bound.
+The gap shipped -> mechanisms is the modelled memory accounting; mechanisms -> simulated is the
+dynamics (prefill time, the turn boundaries, the vLLM 0.32 admission window).
 
-Run: PYTHONPATH=$PWD /work/main/.venv/bin/python benchmarks/bench_sim_capacity.py
+Run: PYTHONPATH=$PWD /work/main/.venv/bin/python benchmarks/bench_sim_capacity.py [CALIBRATION]
 """
 
 from __future__ import annotations
 
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 from harness.capacity.deployment import make_deployment
@@ -24,6 +32,7 @@ from harness.sim.run import load_workload, simulate_points
 
 CALIBRATION = Path(__file__).resolve().parents[1] / "launch" / "calibrations" / "glm53-h200.yaml"
 CONTEXT = 80_000
+HOST_POOL_GIB = 384.0  # the HiSparse arms' host_pool_gib
 ARMS = {"offload512-nomtp": "baseline_limit", "hisparse384-nomtp": "hisparse_limit"}
 
 
@@ -32,9 +41,10 @@ def sets(clients: int) -> list[str]:
 
 
 def main() -> None:
-    params = {
-        k: v for k, v in load_calibration(CALIBRATION).params.items() if k != "kv_gib_per_gpu"
-    }
+    cal = load_calibration(Path(sys.argv[1]) if len(sys.argv) > 1 else CALIBRATION)
+    # the H200 calibration's parameters on another GPU (a calibration names its GPU, so it is
+    # applied as parameters, with the residency model it was fitted with)
+    params, residency = dict(cal.params), cal.residency
     with tempfile.TemporaryDirectory() as tmp:
         recipe = Path(tmp) / "fixed.yaml"
         recipe.write_text(
@@ -42,20 +52,43 @@ def main() -> None:
             encoding="utf-8",
         )
         workload = load_workload(str(recipe))
-        print(f"{'gpu':5} {'arm':18} {'static':>6} {'simulated':>9} {'error':>7}")
+        print(
+            f"{'gpu':5} {'arm':18} {'KV GiB':>7} {'shipped':>7} {'mechanisms':>10} "
+            f"{'simulated':>9} {'vs shipped':>10} {'vs mech.':>8} {'time':>6}"
+        )
         for gpu in ("h200", "b200", "b300"):
             for arm, limit in ARMS.items():
-                probe = setup_from_profile(load_profile(arm), None, params, gpu=gpu)
-                dep = make_deployment(probe.model, gpu=gpu, tp=probe.tp, max_seqs=256)
-                # the host pool in the served layout, as the simulator holds it (host_bytes_scale)
-                host = 384 / probe.roofline.host_bytes_scale
-                lim = capacity_at(dep, CONTEXT, probe.facts["hot_rows"], host_gib=host)
-                static = min(256, int(getattr(lim, limit)))
-                prof = load_profile(arm, sets(min(300, 2 * static)))
-                setup = setup_from_profile(prof, None, params, gpu=gpu)
+                probe = setup_from_profile(load_profile(arm), None, params, gpu, residency)
+                hisparse = probe.policy == "hisparse"
+                host = HOST_POOL_GIB if hisparse else None
+                shipped_dep = make_deployment(
+                    probe.model, gpu=gpu, tp=probe.tp, max_seqs=256, host_pool_gib=host
+                )
+                rows = probe.facts["hot_rows"]
+                host_cap = HOST_POOL_GIB if hisparse else float("inf")
+                shipped = int(getattr(capacity_at(shipped_dep, CONTEXT, rows, host_cap), limit))
+                kv = probe.facts["kv_gib_per_gpu"]
+                mech_dep = make_deployment(
+                    probe.model,
+                    gpu=gpu,
+                    tp=probe.tp,
+                    max_seqs=256,
+                    host_pool_gib=host,
+                    kv_gib_per_gpu=kv,
+                )
+                served_host = host_cap / probe.roofline.host_bytes_scale
+                mech = int(getattr(capacity_at(mech_dep, CONTEXT, rows, served_host), limit))
+                prof = load_profile(arm, sets(min(300, 2 * mech)))
+                setup = setup_from_profile(prof, None, params, gpu, residency)
+                t0 = time.perf_counter()
                 ((rec, _),) = simulate_points(setup, workload, prof.sweep, gpus=prof.gpus)
+                took = time.perf_counter() - t0
                 occ = rec.metrics["occupancy"] or 0.0
-                print(f"{gpu:5} {arm:18} {static:6d} {occ:9.2f} {100 * (occ / static - 1):+6.1f}%")
+                print(
+                    f"{gpu:5} {arm:18} {kv:7.2f} {shipped:7d} {mech:10d} {occ:9.2f} "
+                    f"{100 * (occ / shipped - 1):+9.1f}% {100 * (occ / mech - 1):+7.1f}% "
+                    f"{took:5.1f}s"
+                )
 
 
 if __name__ == "__main__":

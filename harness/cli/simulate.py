@@ -28,7 +28,7 @@ def _fmt(value: float | None, spec: str) -> str:
         "Examples:\n\n"
         "  repro simulate --profile hisparse384 --calibration "
         "launch/calibrations/glm53-h200.yaml\n\n"
-        "  repro simulate --profile offload512 --points c1,c8 --set sim.prefill_eff=0.05\n\n"
+        "  repro simulate --profile offload512 --points c1,c8 --set sim.prefill_eff=0.3\n\n"
         "  repro simulate calibrate"
     ),
 )
@@ -135,10 +135,10 @@ def simulate(
     "--start",
     "start",
     dir_okay=False,
-    help="Start the fit from this calibration's values [default: docs/simulator.md's values, after a scan of prefill_eff].",
+    help="Start the fit from this calibration's values [default: docs/simulator.md's values; prefill_eff, when fitted, scanned first].",
 )
 def calibrate(out: Path, max_evals: int, model: str, gpu: str, start: Path | None) -> None:
-    """Fit six bounded parameters to the blog's two MTP3 series; predict all four arms."""
+    """Fit seven bounded parameters to the blog's two MTP3 series; predict all four arms."""
     from harness.errors import ConfigError
     from harness.sim import calibrate as cal
     from harness.sim.config import load_calibration

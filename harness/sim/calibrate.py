@@ -34,38 +34,40 @@ ARMS = {
     "Offloading 512 GiB · MTP3": "offload512",
 }
 TARGET_MODEL, TARGET_GPU = "glm-5.3", "h200"  # what the published figure measured
-# Seven bounded parameters (cost.PARAM_MEANING says what each one is). Three more terms stay
-# fixed because the data cannot tell them from these: the per-step host overhead (constant per
-# step, like the kernel floors at small batch), the frontend's time per prompt token (per turn,
-# like prefill at c1) and PCIe efficiency (misses and reloads carry a fitted rate or pool size).
-# HBM efficiency and the acceptance length nearly trade (a bandwidth-bound step scales with
-# 1 / hbm_eff, the tokens it emits with the acceptance length): the bounds of the first pin
-# the second to within 1.5x.
+# Seven bounded parameters (cost.PARAM_MEANING says what each one is). The KV pool is derived as
+# vLLM sizes it (config.derived_kv_gib: weights, MTP module, `runtime_gib`, null block). Three
+# terms stay fixed because the data cannot tell them from these: the per-step host overhead
+# (constant per step, like the kernel floors at small batch), the frontend's time per prompt
+# token (per turn, like prefill at c1) and PCIe efficiency (reloads and misses carry the fitted
+# miss rate and block bytes). HBM efficiency and the acceptance length nearly trade (a
+# bandwidth-bound step scales with 1 / hbm_eff, the tokens it emits with the acceptance
+# length): the bounds of the first pin the second to within 1.5x.
 FITTED = (
     "hbm_eff",
     "prefill_eff",
     "kernel_floor_us",
     "acceptance_length",
     "miss_rate",
+    "runtime_gib",
     "host_bytes_scale",
-    "kv_gib_per_gpu",
 )
 MAX_FITTED = 7
-# Starting values: docs/simulator.md §5 (0.8 of HBM, ~0.4 of FP8 peak for prefill, 20 % misses, acceptance
-# 2.8 as an estimate), a 20 us floor per kernel group, the served 656 B row (docs/simulator.md §3) and the
-# calculator's KV budget (17.8 GiB).
+# Starting values: docs/simulator.md §5 (0.75 of HBM, acceptance 2.8 as an estimate), a 25 us
+# floor per kernel group, prefill at 0.2 of FP8 peak, 30 % of host-only rows missing the hot
+# buffer, an 11 GiB runtime reserve (between the roofline's 6 and the calculator's 15) and the
+# served fp8_ds_mla block with the MTP layer (config.served_bytes_scale: 54,728 / 47,700 B).
 START = {
     "hbm_eff": 0.75,
-    "prefill_eff": 0.4,
-    "kernel_floor_us": 20.0,
+    "prefill_eff": 0.2,
+    "kernel_floor_us": 25.0,
     "acceptance_length": 2.8,
-    "miss_rate": 0.2,
-    "host_bytes_scale": 656 / 576,
-    "kv_gib_per_gpu": 17.8,
+    "miss_rate": 0.3,
+    "runtime_gib": 11.0,
+    "host_bytes_scale": 54728 / 47700,
 }
 # The residency mechanism the fit runs (harness.sim.config.RESIDENCY_MODELS); the file records
 # it, and runs with the calibration use the same one.
-FIT_RESIDENCY = "constant-miss"
+FIT_RESIDENCY = "vllm-0.32"
 WEIGHTS = {"occupancy": 2.0, "interactivity": 1.0, "throughput_per_gpu": 1.0}
 METRICS = tuple(WEIGHTS)
 # Issue 12's acceptance bands (relative error per point), and how steeply leaving one costs: the
@@ -152,9 +154,9 @@ def loss(rows: list[dict[str, Any]]) -> float:
 def _roofline_defaults() -> dict[str, float]:
     """The roofline's own default of every fittable parameter (a start for those not in START)."""
     return {
-        f.name: float(f.default)  # type: ignore[arg-type]
+        f.name: float(f.default)
         for f in fields(Roofline)
-        if f.name in FIT_PARAMS and f.default is not MISSING
+        if f.name in FIT_PARAMS and f.default is not MISSING and f.default is not None
     }
 
 
@@ -234,15 +236,44 @@ def fit(
     return params, errors(targets, params), evals
 
 
-def interval_sigmas(rows: list[dict[str, Any]], n_params: int) -> dict[str, float]:
-    """Log-space sigma per metric for the prediction intervals.
+ALL_ARMS = ("hisparse384", "offload512", "hisparse384-nomtp", "offload512-nomtp")
+SENSITIVITY_STEP = 0.05  # finite-difference step in normalised parameter units (5 % of a range)
 
-    The residual standard error of the fit (its mean squared log error, scaled by n / (n - p)
-    for the parameters it fitted) is the model's error on points it was fitted to; the read-off
-    error of the published values is added in quadrature. A local linearisation of the
-    parameters' uncertainty would also need one sensitivity sweep per parameter and point;
-    the residual term, which holds what the parameters could not explain, dominates it here.
-    """
+
+def sensitivities(
+    params: dict[str, float],
+    profiles: tuple[str, ...] = ALL_ARMS,
+    step: float = SENSITIVITY_STEP,
+    overrides: dict[str, tuple[str, ...]] | None = None,
+) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """d log(metric) / d x_j at `params` for every point of `profiles` (x: the parameter in
+    [0, 1]-normalised units), one forward difference per parameter (backward at an upper
+    bound): profile -> label -> metric -> gradient over `params`' names, in order."""
+    names = tuple(params)
+    x0 = _unscale(params, names)
+    base = {p: predict(p, params, overrides=(overrides or {}).get(p, ())) for p in profiles}
+    out: dict[str, dict[str, dict[str, list[float]]]] = {
+        p: {label: {m: [] for m in METRICS} for label in base[p]} for p in profiles
+    }
+    for j in range(len(names)):
+        h = step if x0[j] + step <= 1.0 else -step
+        x = list(x0)
+        x[j] += h
+        moved = _scale(x, names)
+        for p in profiles:
+            sim = predict(p, moved, overrides=(overrides or {}).get(p, ()))
+            for label, metrics in base[p].items():
+                for m in METRICS:
+                    a, b = metrics.get(m), sim.get(label, {}).get(m)
+                    ok = a is not None and b is not None and a > 0 and b > 0
+                    out[p][label][m].append(math.log(b / a) / h if ok else 0.0)  # type: ignore[operator]  # ok: both are positive numbers
+    return out
+
+
+def residual_sigmas(rows: list[dict[str, Any]], n_params: int) -> dict[str, float]:
+    """Log-space model error per metric: the fit's residual standard error (its mean squared
+    log error, scaled by n / (n - p) for the parameters it fitted) with the read-off error of
+    the published values in quadrature."""
     n = sum(1 for r in rows if r["simulated"])
     dof = n / max(1, n - n_params)
     out = {}
@@ -254,7 +285,78 @@ def interval_sigmas(rows: list[dict[str, Any]], n_params: int) -> dict[str, floa
         ]
         if errs:
             mse = sum(e * e for e in errs) / len(errs) * dof
-            out[metric] = round(math.sqrt(mse + READOFF[metric] ** 2), 5)
+            out[metric] = math.sqrt(mse + READOFF[metric] ** 2)
+    return out
+
+
+def parameter_covariance(
+    rows: list[dict[str, Any]],
+    grads: dict[str, dict[str, dict[str, list[float]]]],
+    sigma: dict[str, float],
+) -> list[list[float]]:
+    """Covariance of the normalised parameters from the fit (Gauss-Newton / delta method):
+    (J^T W J)^+ with J the published points' log-metric gradients and W = 1 / sigma_metric^2
+    (each point's residual variance). This is what a residual bootstrap over the published
+    points converges to for a locally linear model; directions the points do not inform get
+    no variance (pseudo-inverse), and they do not move the fitted points either."""
+    import numpy as np
+
+    jac, weights = [], []
+    for r in rows:
+        g = grads.get(r["profile"], {}).get(r["label"], {}).get(r["metric"])
+        if g is None or not r["simulated"] or sigma.get(r["metric"], 0) <= 0:
+            continue
+        jac.append(g)
+        weights.append(1.0 / sigma[r["metric"]] ** 2)
+    if not jac:  # no informative point: no parameter variance to carry
+        size = len(next(iter(next(iter(next(iter(grads.values())).values())).values())))
+        return [[0.0] * size for _ in range(size)]
+    j = np.array(jac)
+    info = j.T @ (j * np.array(weights)[:, None])
+    return [[float(v) for v in row] for row in np.linalg.pinv(info, rcond=1e-10)]
+
+
+def interval_sigmas(
+    rows: list[dict[str, Any]],
+    names: tuple[str, ...],
+    grads: dict[str, dict[str, dict[str, list[float]]]] | None = None,
+) -> dict[str, Any]:
+    """Log-space sigma of the 80 % prediction interval, per metric and per arm.
+
+    A new measurement of a point = the simulated value x the model's error: its log variance is
+    the parameters' uncertainty carried through that point's gradient (g C g^T, C from
+    `parameter_covariance`) plus the residual variance the parameters could not explain
+    (`residual_sigmas`). Per arm and metric the point variances are averaged; `sigma_log`
+    (the median over the arms) serves profiles the calibration has no gradients for.
+    """
+    resid = residual_sigmas(rows, len(names))
+    out: dict[str, Any] = {"sigma_log": {k: round(v, 5) for k, v in resid.items()}}
+    if not grads:
+        return out
+    cov = parameter_covariance(rows, grads, resid)
+    by_arm: dict[str, dict[str, float]] = {}
+    for arm, points in grads.items():
+        by_arm[arm] = {}
+        for metric in METRICS:
+            if metric not in resid:
+                continue
+            var = [
+                sum(
+                    gi * cov[i][k] * gk
+                    for i, gi in enumerate(g[metric])
+                    for k, gk in enumerate(g[metric])
+                )
+                for g in points.values()
+            ]
+            by_arm[arm][metric] = round(math.sqrt(sum(var) / len(var) + resid[metric] ** 2), 5)
+    out["sigma_log_by_profile"] = by_arm
+    out["sigma_log"] = {
+        m: round(sorted(a[m] for a in by_arm.values())[len(by_arm) // 2], 5) for m in resid
+    }
+    out["parameter_sd"] = {
+        name: round(math.sqrt(max(0.0, cov[i][i])) * (FIT_PARAMS[name][1] - FIT_PARAMS[name][0]), 6)
+        for i, name in enumerate(names)
+    }
     return out
 
 
@@ -285,7 +387,7 @@ def complete_params(params: dict[str, float]) -> dict[str, float]:
     """The fitted parameters plus the fixed ones at the values the fit ran with (the roofline's
     defaults), so that the file states every value a run applies."""
     fixed = {k: v for k, v in _roofline_defaults().items() if k not in params}
-    fixed.pop("kv_gib_per_gpu", None)
+    fixed.pop("host_bytes_scale", None)  # when not fitted: derived (config.served_bytes_scale)
     return {**params, **dict(sorted(fixed.items()))}
 
 
@@ -296,7 +398,12 @@ def write_calibration(
     evals: int,
     published: Path = PUBLISHED,
     start: Path | None = None,
+    grads: dict[str, dict[str, dict[str, list[float]]]] | None = None,
 ) -> None:
+    """`grads`: the points' parameter gradients (`sensitivities`); computed here (one sweep of
+    the four arms per fitted parameter) when not given."""
+    if grads is None:
+        grads = sensitivities(params)
     data = {
         "schema": CALIBRATION_SCHEMA,
         "model": TARGET_MODEL,
@@ -309,14 +416,19 @@ def write_calibration(
         "intervals": {
             "level": 0.8,
             "z": 1.2816,
-            "method": "value x exp(+-z sigma_log); sigma_log = residual standard error of "
-            "this fit per metric (n / (n - p) scaled) with the read-off error in quadrature",
-            "sigma_log": interval_sigmas(rows, len(params)),
+            "method": "value x exp(+-z sigma_log); sigma_log^2 = g C g^T + s^2: C the fitted "
+            "parameters' covariance (Gauss-Newton, (J^T W J)^+ over the published points, "
+            "W = 1 / s^2), g the point's log-metric gradient (forward differences of "
+            f"{SENSITIVITY_STEP:g} of each range), s the fit's residual standard error per "
+            "metric (n / (n - p) scaled, read-off error in quadrature); averaged per arm",
+            **interval_sigmas(rows, tuple(params), grads),
         },
         "fixed": {
             "pcie_eff": "roofline default 0.8 (docs/simulator.md §5: ~50-55 of 64 GB/s for bulk copies)",
             "step_overhead_ms": "roofline default 1.0 (host time per step; estimate)",
             "frontend_us_per_token": "roofline default 4.0 (tokenizer, template, hashing)",
+            "kv_gib_per_gpu": "derived per GPU and MTP mode: 0.92 x HBM - weights - MTP module "
+            "- runtime_gib, null block held back (docs/simulator.md §3)",
         },
         "predictions": {
             "acceptance_length": "fitted on the MTP3 series only: check it against the GPU "

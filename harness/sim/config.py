@@ -19,7 +19,7 @@ from harness.capacity.model import ModelSpec, find_model_for
 from harness.config import read_yaml
 from harness.errors import ConfigError
 from harness.paths import REPO_ROOT
-from harness.sim.cost import FIT_PARAMS, Roofline
+from harness.sim.cost import FIT_PARAMS, SERVED_ROW_BYTES, Roofline
 from harness.sim.engine import Engine
 from harness.sim.facts import compute_facts, gpu_facts
 from harness.sim.mtp import Mtp
@@ -88,12 +88,21 @@ def load_calibration(path: Path) -> Calibration:
         if not isinstance(data.get(key), str):
             raise ConfigError(f"{path}: {key}: required (the model/GPU it was fitted for)")
     kv = data.get("kv_gib_per_gpu")
-    sigma = (data.get("intervals") or {}).get("sigma_log") or {}
-    for key, value in sigma.items():
-        if key not in INTERVAL_METRICS or not isinstance(value, int | float) or value < 0:
-            raise ConfigError(
-                f"{path}: intervals.sigma_log.{key}: {value!r} is not a metric's sigma"
-            )
+    intervals = data.get("intervals") or {}
+    tables = {"sigma_log": intervals.get("sigma_log") or {}}
+    by_profile = intervals.get("sigma_log_by_profile") or {}
+    if not isinstance(by_profile, dict):
+        raise ConfigError(f"{path}: intervals.sigma_log_by_profile: not a mapping")
+    for name, table in by_profile.items():
+        tables[f"sigma_log_by_profile.{name}"] = table
+    for where, table in tables.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: intervals.{where}: not a mapping")
+        for key, value in table.items():
+            if key not in INTERVAL_METRICS or not isinstance(value, int | float) or value < 0:
+                raise ConfigError(
+                    f"{path}: intervals.{where}.{key}: {value!r} is not a metric's sigma"
+                )
     residency = data.get("residency", "constant-miss")
     if residency not in RESIDENCY_MODELS:
         raise ConfigError(
@@ -187,7 +196,7 @@ class SimSetup:
         return out
 
     def with_params(self, **params: float) -> SimSetup:
-        return replace(self, roofline=replace(self.roofline, **params))
+        return replace(self, roofline=replace(self.roofline, **params))  # type: ignore[arg-type]  # FIT_PARAMS fields are floats
 
     def build(self) -> Engine:
         block_tokens = self.model.block_tokens.baseline
@@ -346,16 +355,26 @@ def setup_from_profile(
     fitted = dict(calibration.params) if calibration else {}
     fitted.update(params or {})
     kv_override = fitted.pop("kv_gib_per_gpu", None)
+    runtime_gib = fitted.pop("runtime_gib", None)
     if kv_override is None and calibration is not None:
         kv_override = calibration.kv_gib_per_gpu
     host_gib = _host_pool_gib(where, serve)
     cf = compute_facts(model.name, where)
     util = serve.get("gpu-memory-utilization", model.gpu_memory_utilization)
+    derived = kv_override is None and runtime_gib is not None
+    if derived and "host_bytes_scale" not in fitted:
+        fitted["host_bytes_scale"] = served_bytes_scale(model, dtype, spec)
     try:
         # Uncalibrated: the calculator's budget for both MTP modes, as `repro capacity` gives
-        # it. A calibrated budget is the MTP server's, taken per MTP mode (mtp_kv_gib).
+        # it. An explicit budget is the MTP server's, taken per MTP mode (mtp_kv_gib). A
+        # calibrated run derives the pool as vLLM sizes it (derived_kv_gib), per GPU and mode.
         if kv_override is not None:
             kv_override = mtp_kv_gib(model, dtype, kv_override, spec, cf, tp)
+        elif runtime_gib is not None:
+            plain = make_deployment(
+                model, gpu=gpu, tp=tp, dp=dp, kv_dtype=dtype, gpu_memory_utilization=util
+            )
+            kv_override = derived_kv_gib(plain, runtime_gib, spec, cf)
         dep = make_deployment(
             model,
             gpu=gpu,
@@ -373,6 +392,8 @@ def setup_from_profile(
     policy, pool, policy_args = _pools(dep, rows, host_gib, _connector(where, serve))
     if "num-gpu-blocks-override" in serve:
         pool = _int(where, "serve.num-gpu-blocks-override", serve["num-gpu-blocks-override"])
+    elif derived:
+        pool -= 1  # vLLM's BlockPool holds block 0 back as the null block (v1/core/block_pool.py)
     roof = _roofline(model, dtype, gpu_facts(gpu, where), cf, tp)
     roof.spec_tokens = spec
     for key, value in fitted.items():
@@ -417,13 +438,16 @@ def setup_from_profile(
         policy_args=policy_args,
         served_model_name=profile.served_model_name,
         facts=facts,
-        interval_sigma=_interval_sigma(calibration),
+        interval_sigma=_interval_sigma(calibration, profile.name),
         residency=residency or (calibration.residency if calibration else "constant-miss"),
     )
 
 
-def _interval_sigma(cal: Calibration | None) -> dict[str, float] | None:
-    sigma = ((cal.data.get("intervals") or {}).get("sigma_log") if cal else None) or None
+def _interval_sigma(cal: Calibration | None, profile: str) -> dict[str, float] | None:
+    """The calibration's interval sigmas for this profile (its own, from the parameters'
+    gradients on its points), else the calibration's median over the arms it knows."""
+    intervals = (cal.data.get("intervals") or {}) if cal else {}
+    sigma = (intervals.get("sigma_log_by_profile") or {}).get(profile) or intervals.get("sigma_log")
     return {k: float(v) for k, v in sigma.items()} if sigma else None
 
 
@@ -518,7 +542,7 @@ def _pools(
 
 def _roofline(model: ModelSpec, dtype: str, gf: Any, cf: Any, tp: int) -> Roofline:
     arch, bt = model.architecture, model.block_tokens
-    layout = model.layout(dtype)  # type: ignore[arg-type]
+    layout = model.layout(dtype)  # type: ignore[arg-type]  # dtype was checked against kv_layouts
     return Roofline(
         tp=tp,
         hbm_tbps=gf.hbm_tbps,
@@ -540,7 +564,7 @@ def _roofline(model: ModelSpec, dtype: str, gf: Any, cf: Any, tp: int) -> Roofli
         active_params=cf.active_params,
         indexer_params=cf.indexer_params,
         row_bytes=layout.host_block_bytes // bt.host,
-        indexer_row_bytes=layout.indexer_bytes_per_token_layer * arch.indexer_full_layers,
+        indexer_row_bytes=token_bytes(model, dtype)[1] * arch.indexer_full_layers,
         attn_flops_per_row=2.0
         * arch.num_attention_heads
         * (2 * arch.kv_lora_rank + arch.qk_rope_head_dim)
@@ -563,13 +587,68 @@ def mtp_kv_gib(model: ModelSpec, dtype: str, kv_gib: float, spec: int, cf: Any, 
     free memory; with it, every block is one layer wider than the calculator's, so the same bytes
     hold fewer calculator blocks.
     """
-    layout = model.layout(dtype)  # type: ignore[arg-type]
     if not spec:
         return kv_gib + cf.mtp_params / tp / GIB
-    per_token = model.architecture.num_layers * layout.latent_bytes_per_token_layer
-    per_token += model.architecture.indexer_full_layers * layout.indexer_bytes_per_token_layer
-    extra = layout.latent_bytes_per_token_layer + layout.indexer_bytes_per_token_layer
-    return kv_gib * per_token / (per_token + extra)
+    return kv_gib * _mtp_block_ratio(model, dtype)
+
+
+def _mtp_block_ratio(model: ModelSpec, dtype: str) -> float:
+    """Calculator bytes per token / the same with the MTP layer's latent and indexer rows."""
+    latent, indexer = token_bytes(model, dtype)
+    arch = model.architecture
+    per_token = arch.num_layers * latent + arch.indexer_full_layers * indexer
+    return per_token / (per_token + latent + indexer)
+
+
+def token_bytes(model: ModelSpec, dtype: str) -> tuple[int, int]:
+    """Latent and indexer bytes per token and layer of a KV layout (the capacity model's)."""
+    layout = model.layout(dtype)  # type: ignore[arg-type]  # dtype was checked against kv_layouts
+    latent, indexer = layout.latent_bytes_per_token_layer, layout.indexer_bytes_per_token_layer
+    if latent is None or indexer is None:
+        raise ConfigError(
+            f"{model.source_file}: kv_layouts.{dtype}: latent_bytes_per_token_layer and "
+            "indexer_bytes_per_token_layer are required by the simulator"
+        )
+    return latent, indexer
+
+
+def derived_kv_gib(dep: Any, runtime_gib: float, spec: int, cf: Any) -> float:
+    """The KV pool per GPU as vLLM sizes it at start-up, in the capacity model's block bytes.
+
+    vLLM (`v1/worker/gpu_worker.py` determine_available_memory) gives the KV cache what is left
+    of gpu-memory-utilization x HBM after the weights and the profile run's peak: the weights
+    (the capacity model's shared / TP + routed / expert shards), the MTP module's weights when
+    speculative decoding is on (FP8, a 1/TP share per rank), and `runtime_gib` (peak
+    activations of a max_num_batched_tokens forward, CUDA graphs, NCCL/cuBLAS buffers). The
+    indexer cache shares every block with the latent (the calculator's baseline block holds
+    both); with MTP every block also carries the MTP layer's latent and indexer rows
+    (mtp_kv_gib's ratio), so the same bytes hold fewer calculator blocks. The null block is
+    taken off the pool by the caller (docs/simulator.md §3).
+    """
+    free = dep.gpu_budget_gib - dep.weights_gib_per_gpu - runtime_gib
+    if spec:
+        free -= cf.mtp_params / dep.tp / GIB
+        free *= _mtp_block_ratio(dep.model, dep.kv_dtype)
+    return max(0.0, free)
+
+
+def served_bytes_scale(model: ModelSpec, dtype: str, spec: int) -> float:
+    """Bytes per token of an offloaded block as the server holds it / the calculator's.
+
+    The served latent row is the fp8_ds_mla row (SERVED_ROW_BYTES: 512 B latent, 16 B scales,
+    128 B BF16 RoPE) where the calculator counts 576 B; with MTP the MTP layer adds one latent
+    and one indexer row per token (docs/simulator.md §3). Only the FP8 layout has a served row
+    size; other layouts keep the calculator's bytes (1.0)."""
+    if dtype != "fp8":
+        return 1.0
+    latent, indexer = token_bytes(model, dtype)
+    arch = model.architecture
+    extra = 1 if spec else 0
+    served = (arch.num_layers + extra) * SERVED_ROW_BYTES + (
+        arch.indexer_full_layers + extra
+    ) * indexer
+    calc = arch.num_layers * latent + arch.indexer_full_layers * indexer
+    return served / calc
 
 
 def split_overrides(overrides: Sequence[str]) -> tuple[list[str], dict[str, float]]:

@@ -87,6 +87,9 @@ def step_stats(
 # datasheet bandwidth, prefill >= 0.15 of FP8 peak, MTP3 acceptance 1-4).
 FIT_PARAMS: dict[str, tuple[float, float]] = {
     "hbm_eff": (0.6, 0.9),
+    # Sparse attention reads its top-K rows as scattered 656 B gathers (decode, and prefill
+    # through the decode kernel), not streams: a lower fraction of the datasheet bandwidth.
+    "gather_eff": (0.2, 0.9),
     "prefill_eff": (0.15, 0.6),
     "kernel_floor_us": (2.0, 60.0),
     "step_overhead_ms": (0.0, 5.0),
@@ -98,24 +101,34 @@ FIT_PARAMS: dict[str, tuple[float, float]] = {
     # indexer layer's page padded to the MLA page (101 x 656 = 66,256 B: 1.39), as a KV cache
     # manager that unifies page sizes across layers would store them.
     "host_bytes_scale": (1.0, 1.45),
-    # KV budget per GPU of the server as configured (its MTP layer and weights included), GiB:
-    # the calculator's 17.8 (15 GiB runtime reserve) up to the roofline's 33.6 (6 GiB reserve).
+    # An explicit KV budget per GPU, GiB (`--set sim.kv_gib_per_gpu=...`): it replaces the pool
+    # derived from `runtime_gib`; calibrations no longer fit it.
     "kv_gib_per_gpu": (15.0, 34.0),
+    # What vLLM's start-up profile takes from the GPU besides the weights (docs/simulator.md §3):
+    # peak activations of a max_num_batched_tokens forward (fused-MoE intermediates ~3 GiB at
+    # 32,768 tokens, hidden and indexer buffers), CUDA graphs (0.5-2 GiB), NCCL/cuBLAS (1-3 GiB):
+    # from the roofline's 6 GiB reserve up to the calculator's 15 GiB and a little beyond.
+    "runtime_gib": (4.0, 16.0),
     # API server before the engine: chat template, tokenising the whole re-sent history, hashing
     # its blocks; per prompt token (a fast tokenizer alone is ~1 us/token).
     "frontend_us_per_token": (0.5, 10.0),
 }
-CONFIG_PARAMS = ("kv_gib_per_gpu",)  # applied when the pools are sized, not in the step cost
+CONFIG_PARAMS = ("kv_gib_per_gpu", "runtime_gib")  # applied when the pools are sized
 PARAM_MEANING: dict[str, str] = {
     "hbm_eff": "achieved / datasheet HBM bandwidth for weight and KV streams",
+    "gather_eff": "achieved / datasheet HBM bandwidth for the sparse attention's scattered "
+    "656 B top-K row reads",
     "prefill_eff": "achieved / dense FP8 peak for the GEMMs of a large (prefill) batch",
     "kernel_floor_us": "latency floor of one kernel group (launch + a batch-1 kernel), us",
     "step_overhead_ms": "host time per step not hidden by the GPU (schedule, sample, prepare)",
     "acceptance_length": "mean tokens emitted per MTP3 verify step (check: spec-decode counters)",
     "miss_rate": "fraction of a host-resident request's top-K rows copied from host per step",
     "pcie_eff": "achieved / datasheet PCIe bandwidth for host-to-device copies",
-    "host_bytes_scale": "served bytes of an offloaded block / the calculator's (47,700 B/token)",
-    "kv_gib_per_gpu": "KV cache budget per GPU with MTP3 (vLLM's start-up log states it), GiB",
+    "host_bytes_scale": "served bytes of an offloaded block / the calculator's (47,700 B/token); "
+    "derived per MTP mode unless set",
+    "kv_gib_per_gpu": "explicit KV cache budget per GPU, GiB (replaces the derived pool)",
+    "runtime_gib": "GPU memory per GPU besides weights and KV: peak activations of the profile "
+    "run, CUDA graphs, NCCL/cuBLAS buffers, GiB (the KV pool is what remains)",
     "frontend_us_per_token": "API-server time per prompt token before the engine sees it, us",
 }
 
@@ -150,6 +163,7 @@ class Roofline:
     spec_tokens: int
     # parameters (FIT_PARAMS); defaults are docs/simulator.md §5's starting values
     hbm_eff: float = 0.75
+    gather_eff: float | None = None  # None: as streams (hbm_eff), unless calibrated
     prefill_eff: float = 0.4
     kernel_floor_us: float = 10.0
     step_overhead_ms: float = 1.0
@@ -173,7 +187,14 @@ class Roofline:
     def _k(self) -> dict[str, float]:
         """Per-rank constants in seconds (a step's cost is evaluated ~1e5 times per sweep);
         recomputed whenever a parameter changes (config sets them after construction)."""
-        key = (self.hbm_eff, self.prefill_eff, self.kernel_floor_us, self.tp, self.ep_shards)
+        key = (
+            self.hbm_eff,
+            self.gather_eff,
+            self.prefill_eff,
+            self.kernel_floor_us,
+            self.tp,
+            self.ep_shards,
+        )
         cache = self.__dict__.get("_cache")
         if cache is not None and cache[0] == key:
             return cache[1]
@@ -187,7 +208,8 @@ class Roofline:
             "floor": self.kernel_floor_us * 1e-6,
             "dense_bytes": dense_bytes / hbm,
             "dense_flops": 2.0 * max(0.0, dense_params) / self.num_layers / self.tp / peak,
-            "row_bytes": SERVED_ROW_BYTES / hbm,
+            "row_bytes": SERVED_ROW_BYTES
+            / (self.hbm_tbps * 1e12 * (self.gather_eff or self.hbm_eff)),
             "row_flops": self.attn_flops_per_row / self.num_layers / self.tp / peak,
             "routed_bytes": self.routed_gib * GIB / self.moe_layers / self.ep_shards / hbm,
             "expert_flops": 2.0 * self.experts_per_token * self.expert_params / self.tp / peak,
@@ -275,7 +297,11 @@ class Roofline:
         return self.step_overhead_ms / 1000.0 + self.forward_time(s) + self.draft_time(s) + transfer
 
     def fitted(self) -> dict[str, float]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name in FIT_PARAMS}
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name in FIT_PARAMS and getattr(self, f.name) is not None
+        }
 
 
 TABLE_FEATURES = ("decode_reqs", "decode_tokens", "prefill_tokens", "indexer_rows")
@@ -288,6 +314,8 @@ class TableCost:
     intercept: float
     coefs: dict[str, float]
     pcie_bps: float = 16e9
+    row_bytes: int = 0  # a measured CPU table has no host-resident history to stage
+    host_bytes_scale: float = 1.0
 
     def pcie_bytes_per_s(self) -> float:
         return self.pcie_bps

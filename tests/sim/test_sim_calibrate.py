@@ -55,7 +55,7 @@ def test_written_calibration_loads_with_provenance(tmp_path: Path):
             "rel_error": 0.0,
         }
     ]
-    cal.write_calibration(out, {"prefill_eff": 0.2}, rows, 3)
+    cal.write_calibration(out, {"prefill_eff": 0.2}, rows, 3, grads={})
     loaded = load_calibration(out)
     assert (loaded.model, loaded.gpu, loaded.params["prefill_eff"]) == ("glm-5.3", "h200", 0.2)
     data = yaml.safe_load(out.read_text())
@@ -93,3 +93,69 @@ def test_a_stalled_engine_is_an_infeasible_point_not_a_crash(monkeypatch: pytest
     assert any("stalled" in line for line in said)
     assert params["prefill_eff"] == pytest.approx(0.25, rel=0.05)
     assert evals <= 40
+
+
+def _row(profile: str, label: str, metric: str, err: float) -> dict:
+    return {
+        "profile": profile,
+        "label": label,
+        "metric": metric,
+        "target": 100.0,
+        "simulated": 100.0 * math.exp(err),
+        "rel_error": math.exp(err) - 1,
+    }
+
+
+def test_parameter_covariance_by_hand():
+    # one parameter, two interactivity points with log-gradients 1 and 2, residual sigma 0.1:
+    # J^T W J = (1^2 + 2^2) / 0.1^2 = 500, so the parameter's variance is 1 / 500 = 0.002
+    rows = [_row("a", "c1", "interactivity", 0.0), _row("a", "c8", "interactivity", 0.0)]
+    grads = {"a": {"c1": {"interactivity": [1.0]}, "c8": {"interactivity": [2.0]}}}
+    cov = cal.parameter_covariance(rows, grads, {"interactivity": 0.1})
+    assert cov == [[pytest.approx(0.002)]]
+
+
+def test_interval_sigma_adds_parameter_and_residual_variance_by_hand():
+    # three interactivity residuals 0.1, -0.1, 0.2 (log): mean square 0.02, one fitted
+    # parameter -> x 3 / 2 = 0.03, plus the read-off error 0.005^2 = 0.000025: s^2 = 0.030025
+    errs = {"c1": 0.1, "c8": -0.1, "c16": 0.2}
+    rows = [_row("a", label, "interactivity", e) for label, e in errs.items()]
+    grads = {
+        "a": {label: {m: [1.0] for m in cal.METRICS} for label in errs},
+        "b": {"c1": {m: [3.0] for m in cal.METRICS}},  # a held-out arm, three times as sensitive
+    }
+    out = cal.interval_sigmas(rows, ("prefill_eff",), grads)
+    s2 = 0.030025
+    # C = 1 / (3 x 1^2 / s^2) = s^2 / 3 = 0.0100083
+    assert out["sigma_log_by_profile"]["a"]["interactivity"] == pytest.approx(
+        math.sqrt(s2 / 3 + s2), abs=1e-5
+    )
+    assert out["sigma_log_by_profile"]["b"]["interactivity"] == pytest.approx(
+        math.sqrt(9 * s2 / 3 + s2), abs=1e-5
+    )
+    # prefill_eff's range is 0.6 - 0.15 = 0.45: sd sqrt(C) x 0.45 = 0.1000417 x 0.45
+    assert out["parameter_sd"]["prefill_eff"] == pytest.approx(math.sqrt(s2 / 3) * 0.45, abs=1e-5)
+    # the fallback for other profiles: the median over the arms (two arms: the larger)
+    assert out["sigma_log"]["interactivity"] == out["sigma_log_by_profile"]["b"]["interactivity"]
+
+
+def test_a_run_takes_its_own_arms_interval(tmp_path: Path):
+    from harness.serve.profiles import load_profile
+    from harness.sim.config import setup_from_profile
+
+    out = tmp_path / "c.yaml"
+    rows = [_row("hisparse384", "c1", "occupancy", 0.0)]
+    grads = {"hisparse384": {"c1": {m: [0.0] for m in cal.METRICS}}}
+    cal.write_calibration(out, {"prefill_eff": 0.2}, rows, 3, grads=grads)
+    data = yaml.safe_load(out.read_text())
+    data["intervals"]["sigma_log_by_profile"]["offload512"] = {"occupancy": 0.5}
+    out.write_text(yaml.safe_dump(data))
+    loaded = load_calibration(out)
+    own = setup_from_profile(load_profile("offload512"), loaded)
+    other = setup_from_profile(load_profile("hisparse384-nomtp"), loaded)
+    assert own.interval_sigma == {"occupancy": 0.5}
+    assert other.interval_sigma == data["intervals"]["sigma_log"]
+    data["intervals"]["sigma_log_by_profile"]["offload512"] = {"occupancy": -1}
+    out.write_text(yaml.safe_dump(data))
+    with pytest.raises(Exception, match="sigma_log_by_profile.offload512.occupancy"):
+        load_calibration(out)

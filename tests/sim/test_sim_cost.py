@@ -44,6 +44,7 @@ def _roofline(**over) -> Roofline:
         "indexer_flops_per_row": 0.0,
         "spec_tokens": 0,
         "hbm_eff": 1.0,
+        "gather_eff": 1.0,
         "prefill_eff": 1.0,
         "kernel_floor_us": 10.0,
         "step_overhead_ms": 0.0,
@@ -134,3 +135,18 @@ def test_staging_time_is_history_bytes_over_pcie():
     assert rf.staging_time(80_000) == pytest.approx(3.125e-3)
     s = StepStats(staged_rows=80_000)
     assert rf.step_time(s) == pytest.approx(3.125e-3)  # no tokens: no forward
+
+
+def test_top_k_rows_are_gathers_at_their_own_bandwidth():
+    # 1e5 top-K rows x 656 B = 65.6 MB per layer: 65.6 us at 1 TB/s, over the 10 us floor
+    rf = _roofline()
+    assert rf._layers(1, 100_000, 0, 0)[1] == pytest.approx(65.6 * US)
+    # gathers at 0.4 of the datasheet: 164 us; streams (hbm_eff) do not change them
+    assert _roofline(gather_eff=0.4)._layers(1, 100_000, 0, 0)[1] == pytest.approx(164 * US)
+    assert _roofline(hbm_eff=0.5)._layers(1, 100_000, 0, 0)[1] == pytest.approx(65.6 * US)
+    # and the gather efficiency leaves the weight streams alone (dense group: 1e6 B = 1 us,
+    # under the floor either way; MoE at 500 tokens as in the batch test above)
+    touched = 1 - 0.99**500
+    slow = _roofline(gather_eff=0.2)
+    assert slow._layers(500, 0, 0, 0)[2] == pytest.approx(100 * touched * US)
+    assert FIT_PARAMS["gather_eff"] == (0.2, 0.9)
