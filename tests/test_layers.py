@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
     "cli",
     "gate",
-    "report | cluster",
+    "report | cluster | plan",
     "run",
     "engines | coherence",
     "sim",

@@ -31,6 +31,7 @@ AREAS: dict[str, tuple[str, ...]] = {
     "launch": ("launch",),
     "model": ("tiny_models",),
     "nightly": ("regress",),
+    "plan": ("plan",),
     "profiles": ("launch",),
     "regress": ("regress",),
     "report": ("report",),
