@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from harness.cli.options import PORT, flag, overrides_option, path_option, text_option
+
+if TYPE_CHECKING:  # the command imports its stages when it runs (the CLI starts fast)
+    from harness.results import CoherenceRecord
+    from harness.serve.profiles import Profile
 
 EXIT = {"coherent": 0, "incoherent": 1, "unjudged": 2}
 
@@ -68,11 +75,14 @@ def coherence(
         for line in plan.lines():
             click.echo(line)
         return 0
-    kwargs = {"against": against, "references_dir": references, "record": record}
-    if url:
-        result = run_check(profile, url, long_context=not no_long_context, **kwargs)
-    else:
-        result = _launched(profile, port, not no_long_context, kwargs)
+    judge = partial(
+        run_check,
+        against=against,
+        references_dir=references,
+        record=record,
+        long_context=not no_long_context,
+    )
+    result = judge(profile, url) if url else _launched(profile, port, judge)
     if as_json:
         click.echo(json.dumps(result.model_dump(mode="json"), indent=2))
     else:
@@ -82,10 +92,11 @@ def coherence(
     return EXIT[result.verdict]
 
 
-def _launched(profile, port: int | None, long_context: bool, kwargs: dict):
+def _launched(
+    profile: Profile, port: int | None, judge: Callable[[Profile, str], CoherenceRecord]
+) -> CoherenceRecord:
     import tempfile
 
-    from harness.coherence import run_check
     from harness.paths import cache_dir
     from harness.serve.server import VllmServer
 
@@ -94,4 +105,4 @@ def _launched(profile, port: int | None, long_context: bool, kwargs: dict):
     logs = Path(tempfile.mkdtemp(prefix=f"coherence-{profile.name}-", dir=parent))
     click.echo(f"starting vLLM for {profile.name}; log {logs / 'server.log'}", err=True)
     with VllmServer(profile, log_path=logs / "server.log", port=port) as server:
-        return run_check(profile, server.base_url, long_context=long_context, **kwargs)
+        return judge(profile, server.base_url)

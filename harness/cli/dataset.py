@@ -126,7 +126,7 @@ def _recipe_options(command: Callable[..., Any]) -> Callable[..., Any]:
     from harness.dataset.recipe import alias_dest, cli_fields
 
     for name, info, aliases in reversed(cli_fields()):
-        extra = info.json_schema_extra
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         kind = _click_type(info.annotation)
         flag = "--" + name.replace("_", "-")
         default = "" if info.default in (None, "") else f" (default {info.default})"

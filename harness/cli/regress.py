@@ -388,9 +388,9 @@ def nightly_cmd(
         _check_outputs(summary_path, sim_opts["accepted"] if sim_opts["accept"] else None)
         _exit(_sim_nightly(names, claims_path, out, summary_path, no_dashboard, sim_opts))
         return
-    given = [f"--{k}" for k, v in sim_opts.items() if v]
-    if given:
-        raise click.UsageError(f"{', '.join(given)}: only with --engine sim")
+    sim_only = [f"--{k}" for k, v in sim_opts.items() if v]
+    if sim_only:
+        raise click.UsageError(f"{', '.join(sim_only)}: only with --engine sim")
     if not names or not build:
         raise click.UsageError("--profiles and --build are required with --engine vllm")
     _check_outputs(summary_path, None)
@@ -431,9 +431,9 @@ def _check_outputs(summary: Path | None, accepted: Path | None) -> None:
     if summary is not None:
         for path in (summary, summary.with_suffix(".json")):
             check_not_run_record(path, "--summary")
-    for path in (summary, accepted):
-        if path is not None:
-            check_writable(path)
+    for output in (summary, accepted):
+        if output is not None:
+            check_writable(output)
 
 
 def _sim_nightly(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -27,7 +27,7 @@ from harness.cluster.slurm import (
 from harness.errors import RunError
 from harness.results import JobFacts, RunManifest, atomic_write_json, read_manifest
 
-JOB_SCHEMA = "repro.job/1"
+JOB_SCHEMA: Final = "repro.job/1"
 RECORDS_DIR = ".slurm"
 
 
