@@ -68,6 +68,7 @@ def main() -> None:
                 f"{m['preemptions'] or 0:7.0f} {m['waiting_mean'] or 0:7.1f}"
             )
     check_targets(first)
+    check_single_stream(first, calibration)
     show_intervals(first)
     if not same:
         sys.exit("determinism broken: two runs differ")
@@ -94,15 +95,37 @@ def check_targets(runs: dict[str, list[dict]]) -> None:
     print(f"points outside the targets: {misses}")
 
 
+def check_single_stream(runs: dict[str, list[dict]], calibration: Path | None) -> None:
+    """A fact about the held-out c1 points that needs none of their values: MTP3's c1
+    interactivity / no-MTP's = acceptance x (plain step / verify step), and a verify step is
+    never cheaper than a plain one, so the ratio is at most the acceptance length."""
+    if calibration is None:
+        return
+    accept = load_calibration(calibration).params.get("acceptance_length")
+    for arm in ("hisparse384", "offload512"):
+        mtp = {p["label"]: p["metrics"] for p in runs[arm]}["c1"]["interactivity"]
+        plain = {p["label"]: p["metrics"] for p in runs[f"{arm}-nomtp"]}["c1"]["interactivity"]
+        ratio = mtp / plain
+        ok = accept is None or ratio <= accept + 1e-9
+        print(
+            f"{arm}: c1 MTP3 / no-MTP interactivity {mtp:.1f} / {plain:.1f} = {ratio:.2f} "
+            f"(at most the acceptance length {accept}): {'consistent' if ok else 'INCONSISTENT'}"
+        )
+
+
 def show_calibration(path: Path) -> None:
     import yaml
 
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    print(f"{'parameter':22} {'value':>9} {'bounds':>14}  meaning")
+    sd = (data.get("intervals") or {}).get("parameter_sd") or {}
+    fitted = set(data.get("fitted") or ())
+    print(f"{'parameter':22} {'value':>9} {'sd':>8} {'bounds':>14}  meaning")
     for key, value in data["params"].items():
         low, high = data.get("bounds", {}).get(key, ("?", "?"))
+        spread = f"{sd[key]:8.3g}" if key in sd else ("   fixed" if key not in fitted else "")
         print(
-            f"{key:22} {value:9.4g} {f'[{low}, {high}]':>14}  {data.get('meaning', {}).get(key, '')}"
+            f"{key:22} {value:9.4g} {spread:>8} {f'[{low}, {high}]':>14}  "
+            f"{data.get('meaning', {}).get(key, '')}"
         )
 
 
