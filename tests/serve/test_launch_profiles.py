@@ -93,7 +93,12 @@ def test_all_shipped_profiles_load_and_render() -> None:
 def test_cpu_profiles_match_interface() -> None:
     tiny = load_profile("cpu-tiny")
     assert (tiny.build, tiny.model, tiny.gpus) == ("cpu-0.32.0", "tiny:tiny-llama", 0)
-    assert tiny.serve == {"served-model-name": "tiny", "max-model-len": 4096, "dtype": "bfloat16"}
+    assert tiny.serve == {
+        "served-model-name": "tiny",
+        "max-model-len": 4096,
+        "dtype": "bfloat16",
+        "enable-prompt-tokens-details": True,  # the server's cached tokens per request
+    }
     assert tiny.sweep.points == [(1, 2), (4, 8), (8, 16)]
     assert (tiny.sweep.dataset, tiny.sweep.dataset_offset, tiny.sweep.max_tokens) == (
         "cpu-tiny",

@@ -22,6 +22,7 @@ import numpy as np
 from aiohttp import web
 
 from harness import __version__
+from harness.analysis.request_table import first_turn_key
 from harness.sim.serve.faults import Faults, FaultState
 from harness.sim.serve.live import Handle, LiveEngine
 from harness.sim.serve.metrics import SimMetrics
@@ -94,6 +95,13 @@ def _max_tokens(body: dict[str, Any], prompt: int, max_len: int) -> int:
     return value
 
 
+def conversation_turn(messages: list[Any]) -> tuple[str, int]:
+    """The request's conversation (its first-turn key, as the client's per-request table keys
+    it) and turn (1 + assistant messages), for the server's request log."""
+    turn = 1 + sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+    return first_turn_key(messages), turn
+
+
 class Routes:
     def __init__(self, state: ServeState) -> None:
         self.s = state
@@ -150,7 +158,9 @@ class Routes:
         ids, texts = self.s.counter.reply(
             prompt.tokens * 7919 + len(prompt.block_hashes), max_tokens
         )
-        handle = self.s.live.submit(prompt, max_tokens, asyncio.Queue())
+        messages = body.get("messages")
+        key, turn = conversation_turn(messages) if isinstance(messages, list) else (None, None)
+        handle = self.s.live.submit(prompt, max_tokens, asyncio.Queue(), key=key, turn=turn)
         if body.get("stream"):
             opts = body.get("stream_options") or {}
             usage = isinstance(opts, dict) and bool(opts.get("include_usage"))

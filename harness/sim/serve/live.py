@@ -41,6 +41,8 @@ class Handle:
     sink: Any = None  # set by the server: an asyncio.Queue
     sent: int = 0  # tokens already handed out
     cached_tokens: int = 0
+    key: str | None = None  # the conversation's first-turn key (request log only)
+    turn: int | None = None  # 1 + assistant messages in the request's history
     tpot_s: float | None = None
     ttft_s: float | None = None
     e2e_s: float | None = None
@@ -143,14 +145,22 @@ class LiveEngine:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def submit(self, prompt: Prompt, max_tokens: int, sink: Any = None) -> Handle:
+    def submit(
+        self,
+        prompt: Prompt,
+        max_tokens: int,
+        sink: Any = None,
+        *,
+        key: str | None = None,
+        turn: int | None = None,
+    ) -> Handle:
         with self._wake:
             conv, matched = self.prefix.match(prompt.block_hashes)
             rid = self._rid
             self._rid += 1
             req = Request(rid, conv, 1, prompt.tokens, max_tokens, 0.0)
             req.match_blocks = matched  # type: ignore[attr-defined]
-            handle = Handle(req, prompt, sink)
+            handle = Handle(req, prompt, sink, key=key, turn=turn)
             self._inbox.append(handle)
             self._wake.notify()
         return handle

@@ -89,21 +89,25 @@ class RequestLog:
     seconds: what the engine saw, beside what the client measured (e.g. the idle time between
     two turns of a conversation under think time, and the prefix it still held afterwards).
 
-    Keys: ``rid``; ``prefix`` (the engine's prefix-cache key: requests sharing a first block,
-    i.e. one conversation); ``arrival_s``, ``first_token_s``, ``end_s`` on the engine's virtual
-    clock; ``prompt_tokens``; ``cached_tokens`` (prompt tokens served from the cache, the
-    number the usage chunk reports); ``output_tokens``.
+    Keys: ``rid``; ``key`` and ``turn`` (the conversation's first-turn key and the turn, as
+    the client's per-request table and the think-time log name them); ``prefix`` (the engine's
+    prefix-cache key: requests sharing a first block); ``arrival_s``, ``first_token_s``,
+    ``end_s`` on the engine's virtual clock; ``prompt_tokens``; ``cached_tokens`` (prompt
+    tokens served from the cache, the number the usage chunk reports); ``output_tokens``.
     """
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "a", encoding="utf-8", buffering=1)  # open for the server's life
+        path.touch()  # an unwritable place fails at start, naming the file
+        self.path = path
 
     def write(self, handle: Any) -> None:
         req = handle.req
         end = req.arrival + (handle.e2e_s or 0.0)
         entry = {
             "rid": req.rid,
+            "key": handle.key,
+            "turn": handle.turn,
             "prefix": req.conv,
             "arrival_s": req.arrival,
             "first_token_s": req.arrival + handle.ttft_s if handle.ttft_s is not None else None,
@@ -112,7 +116,8 @@ class RequestLog:
             "cached_tokens": handle.cached_tokens,
             "output_tokens": req.out,
         }
-        self._file.write(json.dumps(entry, separators=(",", ":")) + "\n")
+        with open(self.path, "a", encoding="utf-8") as out:  # whole lines, also after a kill
+            out.write(json.dumps(entry, separators=(",", ":")) + "\n")
 
 
 def read_request_log(path: Path) -> list[dict[str, Any]]:
