@@ -136,9 +136,10 @@ def _mechanism(result: SearchResult, arm: str, anchor: Entry, winner: Entry) -> 
         same = _same_point(result, wc, first.config.concurrency)
         if same is not None and same.outcome is not None:
             m = same.outcome.metrics
+            occupancy = m.get("occupancy")
+            running = "" if occupancy is None else f"occupancy {occupancy:.1f}, "
             out.append(
-                f"{wc.arm} at c{first.config.concurrency}: occupancy "
-                f"{m.get('occupancy') or 0.0:.1f}, {_misses(r, same)}, "
+                f"{wc.arm} at c{first.config.concurrency}: {running}{_misses(r, same)}, "
                 f"{m.get('slo_attainment') or 0.0:.0%} meet them"
             )
     return out

@@ -109,7 +109,7 @@ def parse_list(text: str, option: str, kind: type) -> tuple[Any, ...]:
             value = kind(part)
         except ValueError:
             raise ConfigError(f"{option} {text!r}: {part!r} is not a {kind.__name__}") from None
-        if not math.isfinite(value) or value <= 0:
+        if not isinstance(value, str) and (not math.isfinite(value) or value <= 0):
             raise ConfigError(f"{option} {text!r}: {part!r} must be a finite number > 0")
         if value in values:
             raise ConfigError(f"{option} {text!r}: {part!r} given twice")

@@ -10,28 +10,24 @@ requests than a point's workers have in flight, and the pools are sized without 
 (docs/simulator.md §2-§3). Every `max-num-seqs >= the largest concurrency` therefore runs the
 same sweep, simulated once with `max-num-seqs` = the largest concurrency.
 
-Pruning (bounds, docs/plan.md §4): a request served with others is never faster than served
+Pruning (a bound, docs/plan.md §4): a request served with others is never faster than served
 alone, because a step's cost only grows with the work batched into it and a lone request never
-waits or loses its blocks (docs/simulator.md §2, §5). A c1 probe of each arm and pool (a
-sweep of that one point) bounds every point of that arm and pool:
+waits or loses its blocks (docs/simulator.md §2, §5). So the attainment of any point of an arm
+and pool is at most that of its c1 probe (that point alone on a fresh server): only the turns
+that meet the objectives alone can meet them under load, and every point replays the same
+turns. A probe below `--min-attainment` prunes every sweep of its arm and pool (their c1 rows
+are the probe's own point). The rule is decided from the probes alone, before any sweep, so
+what it prunes does not depend on the order or the number of worker processes.
 
-1. attainment <= the probe's: only the turns that meet the objectives alone can meet them
-   under load, and every point replays the same turns. A probe below `--min-attainment`
-   prunes the arm and pool: no point of it can qualify (its c1 rows are the probe's own);
-2. goodput <= attainment bound x c / mean latency alone: a worker is busy with one request at
-   a time, so requests per second <= c / mean latency (think time only lowers it). A server
-   whose every point's bound is below both the top-N's last goodput and its arm's best cannot
-   enter the table or change its arm's best, so it is not simulated.
-
-Servers are decided in batches in descending bound order, so the counts of pruned
-configurations do not depend on the number of worker processes.
+A probe the engine refuses to start (a pool vLLM would refuse) answers every point of its arm
+and pool: the refusal does not depend on the point.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
@@ -39,7 +35,6 @@ from harness.plan.arms import Config
 from harness.plan.evaluate import Outcome, cache_key, evaluate, read_cached
 from harness.plan.inputs import PlanRequest
 
-BATCH = 4  # servers decided between two updates of the bounds
 Progress = Callable[[int, int], None]
 Unit = tuple[str, float, int]  # arm, pool, simulated max-num-seqs
 
@@ -82,15 +77,6 @@ def unit_of(config: Config, chain: tuple[int, ...]) -> Unit:
     return (config.arm, config.pool_gib, min(config.max_num_seqs, max(chain)))
 
 
-def goodput_bound(probe: Outcome, concurrency: int) -> float:
-    """Rule 2's ceiling on goodput (requests/s) at `concurrency` (module docstring)."""
-    if not probe.ok or not probe.mean_latency_s:
-        return float("inf")  # no bound without a probe
-    attainment = probe.metrics.get("slo_attainment")
-    share = 1.0 if attainment is None else attainment
-    return share * concurrency / probe.mean_latency_s
-
-
 class _Runner:
     """Evaluates servers over a chain of points: cache first, the misses in parallel."""
 
@@ -99,27 +85,35 @@ class _Runner:
         self.pool: ProcessPoolExecutor | None = None
         self.simulated = self.cached = 0
 
-    def run(self, items: list[tuple[Unit, tuple[int, ...]]]) -> list[tuple[list[Outcome], bool]]:
-        """(outcomes, from the cache) per item."""
-        found: list[list[Outcome] | None] = []
-        for unit, chain in items:
-            hit = read_cached(cache_key(self.request, _config(unit), chain))
-            ok = self.use_cache and hit is not None and len(hit) == len(chain)
-            found.append(hit if ok else None)
-        misses = [i for i, f in enumerate(found) if f is None]
+    def run(
+        self, items: list[tuple[Unit, tuple[int, ...]]]
+    ) -> Iterator[tuple[int, list[Outcome], bool]]:
+        """(index into `items`, outcomes, from the cache), cached items first, then each
+        simulated one as it finishes (so progress moves while the workers run)."""
+        misses = []
+        for i, (unit, chain) in enumerate(items):
+            hit = (
+                read_cached(cache_key(self.request, _config(unit), chain))
+                if self.use_cache
+                else None
+            )
+            if hit is not None and len(hit) == len(chain):
+                self.cached += 1
+                yield i, hit, True
+            else:
+                misses.append(i)
         args = [(self.request, items[i][0], items[i][1], self.use_cache) for i in misses]
+        results: Iterator[list[Outcome]]
         if self.jobs > 1 and len(args) > 1:
             if self.pool is None:
                 context = multiprocessing.get_context("fork")  # workers inherit the imports
                 self.pool = ProcessPoolExecutor(self.jobs, mp_context=context)
-            results = list(self.pool.map(_work, args))
+            results = self.pool.map(_work, args)
         else:
-            results = [_work(a) for a in args]
-        for i, result in zip(misses, results, strict=True):
-            found[i] = result
-        self.cached += len(items) - len(misses)
-        self.simulated += len(misses)
-        return [(f or [], i not in misses) for i, f in enumerate(found)]
+            results = (_work(a) for a in args)
+        for i, outcomes in zip(misses, results, strict=True):
+            self.simulated += 1
+            yield i, outcomes, False
 
     def close(self) -> None:
         if self.pool is not None:
@@ -163,26 +157,18 @@ def search(
 
 
 class _State:
-    """Outcomes per unit as they are decided, the running bests, and the progress count."""
+    """Outcomes per unit as they are decided, and the progress count."""
 
     def __init__(self, request: PlanRequest, chain: tuple[int, ...],
                  members: dict[Unit, list[Config]], progress: Progress | None) -> None:  # fmt: skip
         self.request, self.chain, self.members, self.progress = request, chain, members, progress
         self.done: dict[Unit, tuple[list[Outcome | None], str, str | None]] = {}
         self.resolved = 0
-        self.best: list[float] = []  # qualifying goodputs so far, best first
-        self.arm_best: dict[str, float] = {}
 
     def settle(self, unit: Unit, outcomes: list[Outcome | None], how: str,
                note: str | None = None) -> None:  # fmt: skip
         self.done[unit] = (outcomes, how, note)
         self.resolved += len(self.members[unit])
-        for outcome in outcomes:
-            if qualifies(outcome, self.request):
-                assert outcome is not None
-                value = outcome.metrics.get("goodput_rps") or 0.0
-                self.best = sorted([*self.best, value], reverse=True)
-                self.arm_best[unit[0]] = max(self.arm_best.get(unit[0], 0.0), value)
         if self.progress is not None:
             self.progress(self.resolved, sum(len(m) for m in self.members.values()))
 
@@ -206,47 +192,32 @@ def _probe(request: PlanRequest, runner: _Runner) -> dict[tuple[str, float], Out
     """The c1 point of every arm and pool, alone on a fresh server."""
     pairs = [(a, p) for a in request.arms for p in request.pools_gib]
     results = runner.run([((a, p, 1), (1,)) for a, p in pairs])
-    return {pair: outcomes[0] for pair, (outcomes, _hit) in zip(pairs, results, strict=True)}
+    return {pairs[i]: outcomes[0] for i, outcomes, _hit in results}
 
 
 def _sweep_units(state: _State, runner: _Runner, probes: dict, prune: bool) -> None:
     chain = state.chain
-    bound = {u: max(goodput_bound(probes[(u[0], u[1])], c) for c in chain) for u in state.members}
-    pending = sorted(state.members, key=lambda u: (-bound[u], u))
-    while pending:
-        batch: list[Unit] = []
-        while pending and len(batch) < BATCH:
-            unit = pending.pop(0)
-            probe = probes[(unit[0], unit[1])]
-            if not probe.ok:  # the engine refuses this arm and pool at any point: exact
-                state.settle(unit, [probe for _ in chain], "refused", probe.reason)
-                continue
-            reason = _prune_reason(state, probe, bound[unit], unit[0]) if prune else None
-            if reason:
-                c1 = [probe if c == 1 else None for c in chain]  # the probe is the c1 point
-                state.settle(unit, c1, "pruned", reason)
-            else:
-                batch.append(unit)
-        results = runner.run([(u, chain) for u in batch])
-        for unit, (outcomes, hit) in zip(batch, results, strict=True):
-            state.settle(unit, list(outcomes), "cached" if hit else "simulated")
+    todo: list[Unit] = []
+    for unit in state.members:
+        probe = probes[(unit[0], unit[1])]
+        if not probe.ok:  # the engine refuses this arm and pool at any point: exact
+            state.settle(unit, [probe for _ in chain], "refused", probe.reason)
+        elif prune and (reason := _prune_reason(state.request, probe)):
+            c1 = [probe if c == 1 else None for c in chain]  # the probe is the c1 point
+            state.settle(unit, c1, "pruned", reason)
+        else:
+            todo.append(unit)
+    for i, outcomes, hit in runner.run([(u, chain) for u in todo]):
+        state.settle(todo[i], list(outcomes), "cached" if hit else "simulated")
 
 
-def _prune_reason(state: _State, probe: Outcome, bound: float, arm: str) -> str | None:
-    r = state.request
+def _prune_reason(request: PlanRequest, probe: Outcome) -> str | None:
     attainment = probe.metrics.get("slo_attainment")
-    if attainment is not None and attainment < r.min_attainment:
+    if attainment is not None and attainment < request.min_attainment:
         return (
             f"cannot meet the objectives: alone (c1) {attainment:.0%} of requests meet them "
-            f"< {r.min_attainment:.0%}"
+            f"< {request.min_attainment:.0%}"
         )
-    if len(state.best) >= r.top and arm in state.arm_best:
-        floor = state.best[r.top - 1]
-        if bound < floor and bound < state.arm_best[arm]:
-            return (
-                f"goodput bound {bound / r.gpus:.4f} req/s/GPU < the top {r.top}'s "
-                f"{floor / r.gpus:.4f} and {arm}'s best"
-            )
     return None
 
 
