@@ -22,7 +22,7 @@ from harness.errors import ConfigError
 from harness.plan.arms import ARMS, Config, arm, base_serve
 
 GPUS = ("h200", "b200", "b300")
-BLOG_TURNS, BLOG_CONTEXT, BLOG_TURN_TOKENS, BLOG_OUTPUT = 13, 74160, 753, 220  # recipe.md §2
+BLOG_TURNS, BLOG_CONTEXT, BLOG_TURN_TOKENS, BLOG_OUTPUT = 13, 74160, 753, 220  # docs/recipe.md §2
 DEFAULT_ARMS = ("hisparse", "offload")
 DEFAULT_POOLS_GIB = (128.0, 256.0, 384.0, 512.0)
 DEFAULT_MAX_NUM_SEQS = (4, 8, 16, 24, 256)
