@@ -377,6 +377,9 @@ class RunManifest(_Record):
     job: JobFacts | None = None  # set when the run was a scheduler job (harness.cluster)
     # the environment variables of harness.env's table that were set (docs/workloads.md §4)
     environment: dict[str, str] = Field(default_factory=dict)
+    # the whole run configuration, harness.run.config.RunConfig (repro.runconfig/1); None in
+    # manifests older than it, which harness.run.config.run_config derives (docs/workloads.md §2)
+    run_config: dict[str, Any] | None = None
 
     def engine_record(self) -> EngineSpec | None:
         """The engine and its arguments: as recorded, or derived from the fields an older

@@ -15,6 +15,7 @@ from harness.errors import ConfigError, RunError
 from harness.names import check_name
 from harness.paths import results_dir
 from harness.results import PointRecord, RunLayout, RunManifest, read_manifest, read_point
+from harness.run.config import RunConfig, build_run_config, run_config
 from harness.run.owner import owner_state
 from harness.serve.profiles import Profile, load_profile
 from harness.serve.watchdog import group_alive
@@ -78,6 +79,7 @@ class Target:
     engine_args: EngineArgs = field(
         default_factory=lambda: engines.get("vllm").args_from_options(EngineOptions())
     )
+    config: RunConfig | None = None  # resolved once (new run) or read back (resume)
 
     @property
     def time_scale(self) -> float:
@@ -124,24 +126,27 @@ def _resolve_resume(request: SweepRequest) -> Target:
             "stop it first (Ctrl-C or kill), then --resume"
         )
     finished_points(RunLayout(run_dir))  # every finished point must be readable
-    engine, engine_args = engines.for_manifest(manifest)
+    config = run_config(manifest, str(run_dir / "manifest.json"))
+    engine = engines.get(config.engine.kind)
+    engine_args = engine.args_from_spec(config.engine)
     url = engine.attached_url(engine_args)
     port = request.port
     if url is None and port is None:  # relaunch where the run's server was
         port = urlparse(manifest.base_url).port
     pgid = manifest.owner.get("server_pgid") if manifest.status == "running" else None
     return Target(
-        profile=Profile.model_validate(manifest.profile),
-        overrides=list(manifest.overrides),
+        profile=config.profile(),
+        overrides=list(config.server.overrides),
         url=url,
         port=port,
-        repeats=manifest.repeats,
+        repeats=config.client.repeats,
         dataset_spec=str(manifest.dataset.get("path")),
         run_dir=run_dir,
         manifest=manifest,
         stale_server_pgid=int(pgid) if pgid and group_alive(int(pgid)) else None,
         engine=engine,
         engine_args=engine_args,
+        config=config,
     )
 
 
@@ -160,15 +165,29 @@ def resolve(request: SweepRequest) -> Target:
             f"{run_dir}: already exists; a run is never overwritten "
             "(use --resume to continue it, or another --run-id)"
         )
+    dataset = str(request.dataset or engine.default_dataset(prof))
+    config = build_run_config(
+        engine=engine.spec(engine_args),
+        profile=prof,
+        overrides=list(request.overrides),
+        dataset=dataset,
+        repeats=request.repeats,
+        only_points=list(request.only_points) if request.only_points else None,
+        port=request.port,
+        coherence_against=request.coherence_against,
+        fail_fast=request.fail_fast,
+        allow_incoherent=request.allow_incoherent,
+    )
     return Target(
         profile=prof,
         overrides=list(request.overrides),
         url=engine.attached_url(engine_args),
         port=request.port,
         repeats=request.repeats,
-        dataset_spec=str(request.dataset or engine.default_dataset(prof)),
+        dataset_spec=dataset,
         run_dir=run_dir,
         explicit_id=bool(request.run_id),
         engine=engine,
         engine_args=engine_args,
+        config=config,
     )

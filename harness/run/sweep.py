@@ -145,6 +145,7 @@ def _new_manifest(target: Target, ds: DatasetFacts, planned: list[PlannedPoint])
         repeats=target.repeats,
         owner=this_owner(),
         environment=harness_env.snapshot(),
+        run_config=target.config.model_dump(mode="json") if target.config else None,
     )
 
 
