@@ -15,7 +15,6 @@ is sent at the instant the previous one ended, as before.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from harness.dataset.thinktime import PauseTable
 from harness.sim.request import Request
@@ -133,29 +132,3 @@ class PointClient:
                 return nxt
         self._active -= 1
         return self._claim(now)
-
-
-def table_rows(records: list[Turn]) -> list[Any]:
-    """The client's turns as per-request table rows (harness/analysis/request_table.py); the
-    inter-token gaps are the request's decode time spread over its decode steps."""
-    from harness.analysis.request_table import RequestRow
-
-    rows = []
-    for r in records:
-        decode = (r.end - r.start - r.ttft) if r.end is not None and r.ttft is not None else 0.0
-        steps = r.decode_steps if r.success else 0
-        rows.append(
-            RequestRow(
-                conversation=r.conv,
-                turn=r.turn,
-                start=r.start,
-                end=r.end if r.success else None,
-                ttft=r.ttft,
-                output_tokens=r.out if r.success else None,
-                prompt_tokens=r.prompt,
-                success=r.success,
-                itl=[decode / steps] * steps if steps else [],
-                think=r.think,
-            )
-        )
-    return rows
