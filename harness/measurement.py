@@ -61,10 +61,6 @@ class RequestRecord:
         return (self.end - self.start - self.ttft) / (self.output_tokens - 1)
 
 
-# The name the per-request records had before they carried conversation, turn and TTFT.
-RequestTiming = RequestRecord
-
-
 @dataclass(frozen=True)
 class Percentiles:
     """Percentiles of one per-request quantity over the point's successful requests."""

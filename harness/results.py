@@ -244,7 +244,9 @@ class _Record(BaseModel):
 
 
 class ClientSummary(_Record):
-    """EvalScope's benchmark_summary.json, normalised across key spellings (1.7 and >= 1.10)."""
+    """The client's summary of a point in the project's names: EvalScope's
+    benchmark_summary.json normalised across its key spellings (harness.client.evalscope), or
+    the simulator's own client (harness.sim.run)."""
 
     total_requests: int
     success_requests: int
