@@ -54,7 +54,7 @@ _DOCSTRING = re.compile(r'"""(.{200,}?)"""', re.DOTALL)
 def _python_files() -> list[Path]:
     """Held-out real source: the stdlib after the tiny tokenizer's training files, then the
     installed packages, each in sorted order."""
-    from harness.serve.tiny.tokenizer import training_files
+    from harness.dataset.tiny.tokenizer import training_files
 
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     trained = set(training_files())

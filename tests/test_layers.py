@@ -23,7 +23,8 @@ LAYERS = [
     "engines | coherence",
     "sim",
     "capacity | client",
-    "serve : dataset",
+    "serve",
+    "dataset",
     "analysis",
     "measurement | records",
     "results",
@@ -31,7 +32,7 @@ LAYERS = [
     "env",
     "errors",
 ]
-KNOWN_TWO_WAY = {("dataset", "serve")}
+KNOWN_TWO_WAY: set[tuple[str, str]] = set()
 
 
 def _packages() -> list[str]:

@@ -81,6 +81,14 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: Any) -> list[in
     return numbers
 
 
+def _profile_sweep(name: str) -> tuple[int, list[int]]:
+    """(dataset_offset, numbers) of a profile's sweep block (--profile of build and plan)."""
+    from harness.serve.profiles import load_profile
+
+    profile = load_profile(name)
+    return profile.sweep.dataset_offset, [number for _parallel, number in profile.sweep.points]
+
+
 def _echo_err(message: str) -> None:
     click.echo(message, err=True)
 
@@ -182,7 +190,7 @@ def build_command(recipe: str | None, **options: Any) -> None:
     """
     from harness.dataset.cli_support import run_build
 
-    run_build(recipe, options, echo=click.echo, warn=_echo_err)
+    run_build(recipe, options, echo=click.echo, warn=_echo_err, sweep_of_profile=_profile_sweep)
 
 
 @dataset_group.command("verify")
@@ -295,11 +303,10 @@ def plan_command(
     offset: int, numbers: list[int] | None, conversations: int, profile: str | None, as_json: bool
 ) -> None:
     """Which conversations each sweep point replays (EvalScope's rotation), and reuse warnings."""
-    from harness.dataset.cli_support import sweep_from_profile
     from harness.dataset.rotation import reuse_report
 
     if profile:
-        offset, numbers = sweep_from_profile(profile)
+        offset, numbers = _profile_sweep(profile)
     report = reuse_report(conversations, offset, numbers or [4, 16, 32, 48, 64])
     if as_json:
         click.echo(json.dumps(report, indent=2))

@@ -55,8 +55,8 @@ def build_model_command(name: str, out: Path | None, build: str) -> None:
     Without --out the result lands in the cache ($REPRO_CACHE/models/...), where profiles
     find it; a second call reuses it.
     """
+    from harness.dataset.tiny.tokenizer import build_tokenizer
     from harness.serve.tiny import ensure_tokenizer
-    from harness.serve.tiny.tokenizer import build_tokenizer
 
     if name == "tokenizer":
         click.echo(str(_fresh_out(out, build_tokenizer) if out else ensure_tokenizer()))

@@ -14,14 +14,6 @@ from harness.dataset.rotation import fresh_size, reuse_report
 from harness.errors import ConfigError, DatasetError
 
 
-def sweep_from_profile(name: str) -> tuple[int, list[int]]:
-    """(dataset_offset, numbers) of a profile's sweep block."""
-    from harness.serve.profiles import load_profile
-
-    profile = load_profile(name)
-    return profile.sweep.dataset_offset, [number for _parallel, number in profile.sweep.points]
-
-
 def check_output(output: Path, *, force: bool) -> None:
     """Before any work: never replace a built dataset silently, and fail now, naming the path,
     when the output cannot be written at all."""
@@ -46,7 +38,10 @@ def run_build(
     *,
     echo: Callable[[str], None],
     warn: Callable[[str], None],
+    sweep_of_profile: Callable[[str], tuple[int, list[int]]],
 ) -> Path:
+    """Build the dataset the recipe and options describe; `sweep_of_profile` reads --profile's
+    (dataset offset, per-point numbers) (profiles are a layer above the dataset builder)."""
     overrides = cli_overrides(options)
     if recipe_spec:
         recipe = load_recipe(recipe_spec, overrides)
@@ -54,7 +49,7 @@ def run_build(
         recipe = make_recipe({}, overrides, where="command-line options")
     sweep_offset, sweep_numbers = options.get("sweep_offset"), options.get("sweep_numbers")
     if options.get("profile"):
-        sweep_offset, sweep_numbers = sweep_from_profile(options["profile"])
+        sweep_offset, sweep_numbers = sweep_of_profile(options["profile"])
     if options.get("fresh_for_sweep"):
         if sweep_offset is None or not sweep_numbers:
             raise ConfigError(

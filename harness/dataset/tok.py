@@ -31,8 +31,8 @@ HUB_PATTERNS = [*TOKENIZER_FILE_NAMES, "*.tiktoken", "tokenizer.model", "vocab.j
 def resolve_tokenizer_dir(spec: str, revision: str | None = None) -> tuple[Path, str]:
     """(local directory, kind) for `tiny:tokenizer`, a local dir/tokenizer.json, or a hub id."""
     if spec.startswith("tiny:"):
+        from harness.dataset.tiny import resolve_tokenizer
         from harness.errors import ReproError
-        from harness.serve.tiny import resolve_tokenizer
 
         try:
             return resolve_tokenizer(spec), "tiny"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.dataset.tiny.tokenizer import TOKENIZER_FILES
 from harness.serve.tiny import ensure_model, resolve_model
 from harness.serve.tiny.models import MODEL_FILES, build_model
-from harness.serve.tiny.tokenizer import TOKENIZER_FILES
 
 
 def file_hashes(directory: Path) -> dict[str, str]:

@@ -42,7 +42,7 @@ def test_build_script_imports_nothing_from_harness() -> None:
 
 
 def test_cache_key_depends_on_name_tokenizer_and_build_python(tmp_path: Path, monkeypatch) -> None:
-    from harness.serve.tiny.tokenizer import TOKENIZER_FILES
+    from harness.dataset.tiny.tokenizer import TOKENIZER_FILES
 
     tok = tmp_path / "tok"
     tok.mkdir()

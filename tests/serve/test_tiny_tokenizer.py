@@ -14,16 +14,16 @@ import pytest
 from click.testing import CliRunner
 
 from harness.cli import cli
-from harness.errors import ConfigError
-from harness.serve.tiny import resolve_tokenizer
-from harness.serve.tiny.cache import ensure_entry
-from harness.serve.tiny.tokenizer import (
+from harness.dataset.tiny.cache import ensure_entry
+from harness.dataset.tiny.tokenizer import (
     CHAT_TEMPLATE,
     TOKENIZER_FILES,
     build_tokenizer,
     training_files,
     training_files_hash,
 )
+from harness.errors import ConfigError
+from harness.serve.tiny import resolve_tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -1,21 +1,17 @@
-"""Tiny local models and tokenizer: deterministic, built on this machine, never from a hub.
+"""Tiny local models: deterministic, built on this machine, never from a hub.
 
-`tiny:tokenizer` and `tiny:<model>` specs resolve to directories under `cache_dir()`; they are
-built on first use (file-locked, atomic) and reused after, keyed by a hash of their inputs.
+`tiny:<model>` specs resolve to directories under `cache_dir()`; they are built on first use
+(file-locked, atomic) and reused after, keyed by a hash of their inputs. Their tokenizer,
+`tiny:tokenizer`, lives with the dataset builder that also counts with it
+(harness.dataset.tiny); it is re-exported here for the servers and tests that ship it.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
 from pathlib import Path
 
-from harness.errors import ConfigError
-from harness.paths import cache_dir
-from harness.serve.tiny.cache import ensure_entry
+from harness.dataset.tiny import TINY_PREFIX, ensure_tokenizer, resolve_tokenizer
 from harness.serve.tiny.models import MODEL_NAMES, ensure_model
-from harness.serve.tiny.tokenizer import build_tokenizer, provenance
 
 __all__ = [
     "MODEL_NAMES",
@@ -24,38 +20,6 @@ __all__ = [
     "resolve_model",
     "resolve_tokenizer",
 ]
-
-TINY_PREFIX = "tiny:"
-TOKENIZER_SPEC = "tiny:tokenizer"
-
-
-@functools.lru_cache(maxsize=1)
-def tokenizer_cache_key() -> str:
-    """Hash of everything the tokenizer's bytes depend on (builder source, Python, stdlib files).
-
-    Memoised: hashing 200 stdlib files costs seconds and cannot change within a process.
-    """
-    blob = json.dumps(provenance(), sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def ensure_tokenizer() -> Path:
-    """The cached tiny tokenizer directory, built on first use."""
-    entry = cache_dir() / "tokenizers" / f"tiny-{tokenizer_cache_key()}"
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    return ensure_entry(entry, lambda tmp: build_tokenizer(tmp))
-
-
-def resolve_tokenizer(spec: str) -> Path:
-    """`tiny:tokenizer` -> the cached tiny tokenizer dir; any other spec is a local path."""
-    if spec == TOKENIZER_SPEC:
-        return ensure_tokenizer()
-    if spec.startswith(TINY_PREFIX):
-        raise ConfigError(f"unknown tiny tokenizer {spec!r}; the only one is {TOKENIZER_SPEC!r}")
-    path = Path(spec).expanduser()
-    if not path.exists():
-        raise ConfigError(f"tokenizer path {spec!r} does not exist")
-    return path
 
 
 def resolve_model(spec: str, python: Path) -> str:

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from harness import env as harness_env
+from harness.dataset.tiny import ensure_tokenizer
+from harness.dataset.tiny.cache import ensure_entry
+from harness.dataset.tiny.tokenizer import TOKENIZER_FILES, tokenizer_hash
 from harness.errors import BuildError, ConfigError
 from harness.paths import cache_dir
-from harness.serve.tiny.cache import ensure_entry
-from harness.serve.tiny.tokenizer import TOKENIZER_FILES, tokenizer_hash
 
 BUILD_SCRIPT = Path(__file__).with_name("build_model_script.py")
 BUILD_TIMEOUT_S = 600
@@ -94,8 +95,6 @@ def build_model(name: str, python: Path, out_dir: Path, *, tok_dir: Path | None 
     Files: model.safetensors (bf16), config.json, generation_config.json, the tokenizer files,
     repro_model.json (provenance).
     """
-    from harness.serve.tiny import ensure_tokenizer
-
     spec = model_spec(name)
     python = Path(python)
     if not python.exists():
@@ -145,8 +144,6 @@ def build_model(name: str, python: Path, out_dir: Path, *, tok_dir: Path | None 
 
 def ensure_model(name: str, python: Path) -> Path:
     """The cached directory of tiny model `name`, built on first use with `python`."""
-    from harness.serve.tiny import ensure_tokenizer
-
     model_spec(name)
     tok_dir = ensure_tokenizer()
     entry = cache_dir() / "models" / f"{name}-{model_cache_key(name, tok_dir, python)}"
