@@ -53,8 +53,8 @@ def register(group: click.Group) -> None:
 @flag("--dry-run", help="Print the plan (points, offsets, conversations, commands); write nothing.")
 @flag("--fail-fast", help="Stop at the first invalid point instead of restarting and continuing.")
 @overrides_option(
-    "Override one profile field for this run: serve.KEY=VALUE or sweep.KEY=VALUE (VALUE is "
-    "YAML; serve.KEY=null removes). Repeatable; recorded in the run."
+    "Override one profile field for this run: serve.KEY=VALUE, sweep.KEY=VALUE or "
+    "workload=NAME (VALUE is YAML; serve.KEY=null removes). Repeatable; recorded in the run."
 )
 @click.option(
     "--repeats",
@@ -114,9 +114,10 @@ def register(group: click.Group) -> None:
 @executor_options
 @flag("--no-wait", help="slurm: submit and return (`repro runs list` follows it).")
 def sweep(no_report: bool, executor: str, no_wait: bool, **options: Any) -> None:
-    """Run the c1..c32 sweep: launch the profile's vLLM build (or attach to --url), build or reuse
-    the dataset, run one `evalscope perf` process per point while scraping /metrics, and write
-    results/<run-id>/ (manifest, points/*/point.json, samples.csv, summary.json/csv).
+    """Run the profile's workload (datasets/workloads/; the blog arms: c1..c32): launch the
+    profile's vLLM build (or attach to --url), build or reuse the dataset, run one `evalscope
+    perf` process per point while scraping /metrics, and write results/<run-id>/ (manifest with
+    the whole run configuration, points/*/point.json, samples.csv, summary.json/csv).
 
     \b
     Examples:
