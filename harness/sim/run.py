@@ -188,20 +188,18 @@ def request_records(records: list[Turn]) -> tuple[RequestRecord, ...]:
 def measurement(client: PointClient, res: Any, *, parallel: int) -> Measurement:
     """One simulated point as a Measurement: the client's summary and percentiles, its
     per-request records and the engine's samples (virtual seconds, time scale 1)."""
-    recs = client.records
-    ok = [r for r in recs if r.success and r.end is not None]
-    tpots = [(_span(r) - r.ttft) / (r.out - 1) for r in ok if r.out > 1 and r.ttft is not None]
-    itls = [g for rec in request_records(ok) for g in rec.itl]
+    requests = request_records(client.records)
+    ok = [q for q in requests if q.success]
     return Measurement(
         client_name="the simulated client",
-        requests=request_records(recs),
+        requests=requests,
         samples=tuple(res.samples),
-        client=client_summary(recs, parallel=parallel, start=res.start),
+        client=client_summary(client.records, parallel=parallel, start=res.start),
         percentiles=ClientPercentiles(
-            ttft_ms=_percentiles([r.ttft for r in ok if r.ttft is not None], 1000.0),
-            tpot_ms=_percentiles(tpots, 1000.0),
-            itl_ms=_percentiles(itls, 1000.0),
-            latency_s=_percentiles([_span(r) for r in ok]),
+            ttft_ms=_percentiles([t for q in ok if (t := q.ttft) is not None], 1000.0),
+            tpot_ms=_percentiles([t for q in ok if (t := q.tpot) is not None], 1000.0),
+            itl_ms=_percentiles([g for q in ok for g in q.itl], 1000.0),
+            latency_s=_percentiles([t for q in ok if (t := q.latency) is not None]),
         ),
     )
 
