@@ -9,9 +9,9 @@ import pytest
 
 from harness.analysis.compare import compare_runs
 from harness.analysis.metrics import derive_point_metrics
-from harness.measurement import Measurement
 from harness.client.scrape import read_samples_csv
 from harness.errors import RunError
+from harness.measurement import Measurement
 from harness.results import load_run
 from harness.sim.run import run_simulation
 
@@ -137,3 +137,30 @@ def test_claims_and_dashboard_read_simulated_blog_sweeps(tmp_path):
     assert applied and all(r.left is not None for r in applied), [r.detail for r in applied]
     page = write_report(runs, out=tmp_path / "report.html")
     assert "hisparse384 · simulated" in page.read_text(encoding="utf-8")
+
+
+def test_a_simulated_point_is_a_measurement_judged_by_the_shared_rules(small, tmp_path):
+    """Turn 3 no longer fits a 31,500-token max-model-len: each conversation's third turn fails
+    at once and the point is invalid for the reasons a served point would give."""
+    from harness.analysis.validity import invalid_reasons
+    from harness.serve.profiles import load_profile
+    from harness.sim.client import PointClient
+    from harness.sim.config import setup_from_profile
+    from harness.sim.run import load_workload, measurement
+
+    prof = load_profile("offload512", [*SETS, "serve.max-model-len=31500"])
+    engine = setup_from_profile(prof).build()
+    client = PointClient(load_workload(str(small)), [0, 1], 2, 3, prof.sweep.max_tokens, 31500)
+    m = measurement(client, engine.run_point(client, 2.0), parallel=2)
+    assert [
+        (r.conversation, r.turn, r.success)
+        for r in sorted(m.requests, key=lambda r: (r.conversation, r.turn))
+    ] == [(0, 1, True), (0, 2, True), (0, 3, False), (1, 1, True), (1, 2, True), (1, 3, False)]
+    done = next(r for r in m.requests if r.success)
+    assert done.ttft is not None and done.tpot is not None and len(done.itl) > 0
+    assert m.client.failed_requests == 2 and m.percentiles.ttft_ms.p99 is not None
+    assert m.samples and m.window is not None
+    assert invalid_reasons(m, conversations=2, turns=3) == [
+        "2 failed requests (prompt + max_tokens > max-model-len: conversation abandoned)",
+        "success requests 4 != 6",
+    ]
