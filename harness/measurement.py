@@ -12,7 +12,7 @@ latency percentiles seconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 from harness.results import ClientSummary
 
@@ -133,10 +133,7 @@ class Measurement:
     time_scale: float = 1.0
     epoch_offset: float | None = None
     problems: tuple[str, ...] = ()
-    notes: tuple[str, ...] = field(default=())  # what the reader noticed that is not a fault
-
-    def with_samples(self, samples: list[Sample] | tuple[Sample, ...]) -> Measurement:
-        return replace(self, samples=tuple(samples))
+    notes: tuple[str, ...] = ()  # what the reader noticed that is not a fault
 
     @property
     def window(self) -> tuple[float, float] | None:
