@@ -42,6 +42,7 @@ from harness.analysis.goodput import ATTAINMENT_THRESHOLD
 from harness.analysis.slo import Objectives
 from harness.capacity.figures import capacity_figures
 from harness.errors import ReproError, RunError
+from harness.identity import workload_id, workload_identity
 from harness.paths import dashboards_dir, results_dir
 from harness.report.figures import Series, figure_title, load_published, pareto_figure, run_series
 from harness.report.per_turn import per_turn_figures
@@ -170,6 +171,11 @@ def published_section() -> dict[str, Any]:
     }
 
 
+def run_workload_id(run: Run) -> str:
+    """What the run's client replayed (harness.identity.workload_identity), hashed."""
+    return workload_id(workload_identity(run.manifest.model_dump(mode="json")))
+
+
 def _run_rows(runs: Sequence[Run], series: Sequence[Series]) -> list[dict[str, Any]]:
     return [
         {
@@ -178,7 +184,7 @@ def _run_rows(runs: Sequence[Run], series: Sequence[Series]) -> list[dict[str, A
             "status": run.manifest.status,
             "points": len(s.points),
             "invalid": sum(not p.valid for p in s.points),
-            "workload_key": run.manifest.workload_key,
+            "workload": run_workload_id(run),
             "provenance": provenance(run),
         }
         for run, s in zip(runs, series, strict=True)
@@ -230,7 +236,8 @@ def render_report(
         baseline=baseline_index,
         tolerance=f"{DEFAULT_TOLERANCE:.0%}",
         # The configuration key: a report warns when the runs are not repeats of one experiment.
-        comparable=len({run.manifest.workload_key for run in runs}) <= 1,
+        # the workload identity, not the configuration key: arms differ in serve flags by design
+        comparable=len({run_workload_id(run) for run in runs}) <= 1,
         invalid=invalid_section(series),
         figures=figures,
         capacity=capacity,
