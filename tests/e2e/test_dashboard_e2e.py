@@ -61,7 +61,7 @@ def test_report_compare_and_figure_on_real_sweeps(
     )
     assert result.exit_code == 0, result.output
     html = out.read_text(encoding="utf-8")
-    assert "different workload keys" in html  # max_tokens differs, and the page says so
+    assert "replayed different workloads" in html  # max_tokens differs, and the page says so
     c2 = next(
         fig
         for key, fig in _figures(html).items()

@@ -227,4 +227,7 @@ def test_workload_mismatch_is_warned(tmp_path: Path) -> None:
     a = write_run(tmp_path / "a", "a", published_points(0), workload_key="k1")
     b = write_run(tmp_path / "b", "b", published_points(0), workload_key="k2")
     html = write_report([a, b], out=tmp_path / "r.html").read_text(encoding="utf-8")
-    assert "different workload keys" in html
+    assert "replayed different workloads" not in html  # only the configuration key differs
+    c = write_run(tmp_path / "c", "c", published_points(0), gpus=4)  # another per-GPU divisor
+    html = write_report([a, c], out=tmp_path / "r2.html").read_text(encoding="utf-8")
+    assert "replayed different workloads" in html
