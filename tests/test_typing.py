@@ -1,7 +1,11 @@
-"""mypy over the modules whose types are checked (the fast tier runs it): the bottom records,
-the engines, the run and client stages and the readers changed with them. The rest of
-`harness/` is not yet clean under mypy (the count is in docs/architecture.md); a module joins
-TYPED when it is. In TYPED modules every `# type: ignore` says why on the same line."""
+"""mypy over all of `harness/` (the fast tier runs it), configured in pyproject.toml ([tool.mypy]):
+the same check as a plain `mypy` at the repository root, sharing its incremental cache
+(.mypy_cache), so a warm run takes a second or two and a cold one about 25 s of CPU.
+
+Every `# type: ignore` under `harness/` names its error code and says why on the same line.
+PENDING lists the files that do not meet this yet (mypy errors or a bare ignore) while their
+owners make them clean (the count is in docs/architecture.md, "Types"). A file leaves PENDING
+when it is clean; a PENDING file that became clean fails the test until it is taken out."""
 
 from __future__ import annotations
 
@@ -11,59 +15,50 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TYPED = [
-    "harness/errors.py",
-    "harness/paths.py",
-    "harness/config.py",
-    "harness/identity.py",
-    "harness/text.py",
-    "harness/metric_names.py",
-    "harness/engine_spec.py",
-    "harness/env.py",
-    "harness/measurement.py",
-    "harness/results.py",
-    "harness/client",
-    "harness/engines",
-    "harness/run",
-    "harness/serve/profiles.py",
-    "harness/serve/workloads.py",
-    "harness/cluster/listing.py",
-    "harness/report/series.py",
-    "harness/report/predicted.py",
-    "harness/sim/run.py",
-]
-IGNORE = re.compile(r"#\s*type:\s*ignore(\[[^\]]*\])?(?P<rest>.*)$")
+PENDING = {
+    "harness/analysis/compare.py",
+    "harness/analysis/fidelity.py",
+    "harness/analysis/frontier.py",
+    "harness/analysis/groups.py",
+    "harness/report/figures.py",
+    "harness/sim/blocks.py",
+    "harness/sim/parity_run.py",
+    "harness/sim/scheduler.py",
+    "harness/sim/serve/app.py",
+    "harness/sim/serve/live.py",
+    "harness/sim/serve/metrics.py",
+    "harness/sim/serve/tokens.py",
+}
+ERROR = re.compile(r"^(?P<path>harness/[^:]+\.py):\d+: error: ", re.MULTILINE)
+IGNORE = re.compile(r"#\s*type:\s*ignore(?P<code>\[[^\]]*\])?(?P<rest>.*)$")
 
 
-def test_mypy_is_clean_over_the_typed_modules(tmp_path):
+def _bare_ignores() -> list[str]:
+    """file:line of every `# type: ignore` without an error code or without a reason."""
+    return [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in sorted((ROOT / "harness").rglob("*.py"))
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if (m := IGNORE.search(line)) and (not m.group("code") or not m.group("rest").strip(" #-"))
+    ]
+
+
+def test_mypy_is_clean_over_harness():
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--ignore-missing-imports",
-            "--follow-imports=silent",
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            *TYPED,
-        ],
+        [sys.executable, "-m", "mypy"],  # files, options and the cache dir: pyproject.toml
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    # 0: clean, 1: type errors; anything else is a crash or a bad configuration
+    assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
+    failing = {m.group("path") for m in ERROR.finditer(result.stdout)}
+    assert failing - PENDING == set(), result.stdout[-6000:]
+    bare = {where.rpartition(":")[0] for where in _bare_ignores()}
+    assert PENDING - failing - bare == set(), "clean now: take these out of PENDING"
 
 
-def test_every_type_ignore_in_the_typed_modules_says_why():
-    files = [
-        p for t in TYPED for p in ((ROOT / t).rglob("*.py") if (ROOT / t).is_dir() else [ROOT / t])
-    ]
-    bare = [
-        f"{p.relative_to(ROOT)}:{n}"
-        for p in files
-        for n, line in enumerate(p.read_text().splitlines(), 1)
-        if (m := IGNORE.search(line)) and not m.group("rest").strip(" #-")
-    ]
-    assert bare == []
+def test_every_type_ignore_names_its_code_and_says_why():
+    assert [where for where in _bare_ignores() if where.rpartition(":")[0] not in PENDING] == []

@@ -114,8 +114,8 @@ def _free_run_id(out: Path, base: str) -> str:
     raise RunError(f"{out / base}: 99 runs with this id already exist")
 
 
-def _prepare_resume(request: SweepRequest) -> tuple[Path, str]:
-    run_dir = Path(request.resume).resolve()  # type: ignore[arg-type]
+def _prepare_resume(resume: Path) -> tuple[Path, str]:
+    run_dir = Path(resume).resolve()
     settle_job_run(run_dir)
     return run_dir.parent, run_dir.name
 
@@ -125,7 +125,7 @@ def prepare(request: SweepRequest, options: SlurmOptions, *, report: bool) -> Pr
     if request.dry_run:
         raise ReproError("--dry-run prints a local plan; drop --executor slurm to see it")
     if request.resume is not None:
-        out, run_id = _prepare_resume(request)
+        out, run_id = _prepare_resume(request.resume)
         target = resolve(request)
     else:
         target = resolve(request)
