@@ -465,12 +465,7 @@ def _curve_rows(
     cand_curves = _curves_per_repeat(candidate)
     base_curves = [_median_curve(b) for b in baselines]
 
-    def add(
-        metric: str,
-        variant: str,
-        rule: CurveRule,
-        fn: Callable[[list[frontier.Point]], float | None],
-    ) -> None:
+    def add(metric: str, variant: str, rule: CurveRule, fn: Callable[[list], float | None]) -> None:
         cand_values = [v for v in (fn(c) for c in cand_curves) if v is not None]
         base_values = [v for v in (fn(c) for c in base_curves) if v is not None]
         base_value, cand_value, ci, spread = reduce_side(
@@ -515,12 +510,8 @@ def _curve_rows(
     at_rule = policy.curves.get("throughput_at_interactivity")
     if at_rule is not None:
         for x in at_rule.at:
-            add(
-                "throughput_at_interactivity",
-                f"@{x:g}",
-                at_rule,
-                partial(frontier.throughput_at, interactivity=x),
-            )
+            at_x = partial(frontier.throughput_at, interactivity=x)
+            add("throughput_at_interactivity", f"@{x:g}", at_rule, at_x)
     return rows
 
 
