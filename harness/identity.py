@@ -4,7 +4,7 @@
   was measured - the client workload *and* the server configuration (model, serve flags except
   host/port, build, GPU count). Two runs with the same configuration key are repeats of one
   experiment; `repro sweep --resume` uses it to refuse resuming into a different experiment. It
-  is stored in the manifest as ``workload_key`` (the on-disk field name predates this module).
+  is stored in the manifest as ``configuration_key`` (``workload_key`` in repro.run/1).
 - **Workload identity** (:func:`workload_identity`, hashed by :func:`workload_id`, 12 hex): only
   what the client sends - dataset checksum, the sweep's points, offset, output length,
   ignore_eos, multi-turn/max-turns - and the per-GPU divisor. Two runs with the same workload

@@ -38,7 +38,7 @@ def list_runs(out: Path | None = None) -> list[str]:
         status = list_status(job, status) if job else status
         tail = f"  {job_cell(job)}" if job else ""
         lines.append(
-            f"{m.run_id:40} {status:9} {m.profile_name:20} {counts:19} {m.workload_key}{tail}"
+            f"{m.run_id:40} {status:9} {m.profile_name:20} {counts:19} {m.configuration_key}{tail}"
         )
     for run_id, job in sorted(jobs.items()):  # jobs whose run has not written a manifest
         status = list_status(job, None)

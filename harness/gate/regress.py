@@ -102,7 +102,8 @@ def view_from_parts(
         profile_name=manifest_data.get("profile_name", "?"),
         status=manifest_data.get("status", "?"),
         workload=workload_identity(manifest_data),
-        workload_key=manifest_data.get("workload_key", ""),
+        workload_key=manifest_data.get("configuration_key")
+        or manifest_data.get("workload_key", ""),
         points=group_rows(rows),
         serve=dict(profile.get("serve") or {}),
         build=profile.get("build"),

@@ -177,7 +177,7 @@ def provenance(run: Run) -> list[tuple[str, str, bool]]:
             True,
         ),
         ("coherence", coherence_line(m.coherence), False),
-        ("workload key", m.workload_key, False),
+        ("configuration key", m.configuration_key, False),
         ("client", f"{client.get('name', '?')} {client.get('version', '?')}", False),
         ("client command", _pretty(client.get("command") or client.get("command_template")), True),
         ("sweep", _pretty(m.sweep), True),

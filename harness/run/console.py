@@ -151,7 +151,7 @@ def show_run(run: Path) -> str:
         f"run {m.run_id}  status {m.status}  profile {m.profile_name}  engine {m.engine}"
         + (f" (time scale {m.time_scale:g})" if getattr(m, "time_scale", None) else ""),
         (
-            f"dataset sha256 {m.dataset.get('sha256')}  workload {m.workload_key}  "
+            f"dataset sha256 {m.dataset.get('sha256')}  configuration {m.configuration_key}  "
             f"client {m.client.get('name')} {m.client.get('version')}"
         ),
     ]

@@ -6,8 +6,8 @@ and `--resume` continues from the first unfinished one. Nothing is written befor
 that can fail early has passed (run id, `--url`, port, GPUs, dataset, a resumable run).
 The runner writes results only; the CLI writes the report after it.
 
-The manifest's `workload_key` is the configuration key (`harness.identity.configuration_key`):
-what must be equal for two runs to be repeats of one experiment.
+The manifest's `configuration_key` (`harness.identity.configuration_key`; `workload_key` in
+repro.run/1): what must be equal for two runs to be repeats of one experiment.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def _new_manifest(target: Target, ds: DatasetFacts, planned: list[PlannedPoint])
         overrides=target.overrides,
         gpus=max(int(prof.gpus), 1),
         dataset=ds.record(target.dataset_spec),
-        workload_key=configuration_key(
+        configuration_key=configuration_key(
             dataset_sha256=ds.sha256 or "", sweep=sweep_dump, profile=profile_dump
         ),
         client={

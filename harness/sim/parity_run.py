@@ -109,7 +109,7 @@ def predict_run(
         overrides=list(man.overrides),
         gpus=1,
         dataset={**man.dataset, "sha256": digest, "manifest": {"token_counts_only": True}},
-        workload_key=man.workload_key,
+        configuration_key=man.configuration_key,
         sweep=man.sweep,
         planned_points=[r.point_id for r, _ in results],
         build={

@@ -130,7 +130,7 @@ JSON_VALUES = st.recursive(
     max_leaves=20,
 )
 MANIFEST_KEYS = ["run_id", "status", "created_at", "finished_at", "planned_points", "profile_name",
-                 "gpus", "engine", "dataset", "sweep", "repeats", "workload_key"]  # fmt: skip
+                 "gpus", "engine", "dataset", "sweep", "repeats", "configuration_key"]  # fmt: skip
 
 
 def _good_run(tmp_path: Path) -> Path:

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support.manifests import minimal_manifest
 
 from harness.engine_spec import EngineSpec
 from harness.errors import RunError
@@ -103,3 +104,24 @@ def test_building_from_a_profile_splits_workload_and_client():
     assert config.client.scrape_interval_s == 0.25
     assert "sweep" not in config.server.profile
     assert config.coherence.check == profile.model_dump(mode="json")["coherence"]
+
+
+def test_a_run_1_manifest_reads_its_workload_key_as_the_configuration_key(tmp_path: Path):
+    data = minimal_manifest(configuration_key="0123456789abcdef").model_dump(mode="json")
+    data.pop("configuration_key")
+    old = {**data, "schema_version": "repro.run/1", "workload_key": "0123456789abcdef"}
+    text = json.dumps(old)
+    (tmp_path / "manifest.json").write_text(text)
+    manifest = read_manifest(tmp_path)
+    assert manifest.configuration_key == manifest.workload_key == "0123456789abcdef"
+    assert manifest.schema_version == "repro.run/2"
+    assert (tmp_path / "manifest.json").read_text() == text  # read, not rewritten
+    written = manifest.model_dump(mode="json")
+    assert "workload_key" not in written and written["configuration_key"] == "0123456789abcdef"
+
+    (tmp_path / "manifest.json").write_text(json.dumps({**old, "configuration_key": "x"}))
+    with pytest.raises(RunError, match="workload_key and configuration_key both given"):
+        read_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({**old, "schema_version": "repro.run/3"}))
+    with pytest.raises(RunError, match="schema_version 'repro.run/3', this harness reads"):
+        read_manifest(tmp_path)

@@ -20,7 +20,7 @@ def minimal_manifest(**fields: Any) -> RunManifest:
         "profile": {},
         "gpus": 1,
         "dataset": {},
-        "workload_key": "k",
+        "configuration_key": "k",
         "client": {},
         "sweep": {},
     }
