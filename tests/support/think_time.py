@@ -19,10 +19,15 @@ from harness.dataset.thinktime import PauseTable, ThinkTime
 SLACK_S = 0.002  # asyncio.sleep may wake a hair early on a coarse clock
 
 
-def check_think_time_run(run_dir: Path, point, think: ThinkTime, turns: int) -> None:
+def check_think_time_run(
+    run_dir: Path, point, think: ThinkTime, turns: int, time_scale: float = 1.0
+) -> None:
     """(a) each later turn starts at least its drawn pause after the previous one ended;
     (b) the pause lies between that end and the request's start, so no request's TTFT, TPOT or
-    latency (all measured from the start) contains it."""
+    latency (all measured from the start) contains it. Under a simulated engine K x faster than
+    the wall (`time_scale`), the client sleeps pause / K on its own clock; the per-request
+    table's times are virtual (x K)."""
+    k = time_scale
     pdir = run_dir / "points" / point.point_id
     log = read_log(pdir / "evalscope" / "think_time.jsonl")
     ev = next((pdir / "evalscope" / point.point_id).glob("parallel_*"))
@@ -45,17 +50,17 @@ def check_think_time_run(run_dir: Path, point, think: ThinkTime, turns: int) -> 
         start, end, ttft, latency, tpot, tokens = requests[(entry["key"], entry["turn"])]
         assert entry["pause_s"] == draws.pause(entry["conversation"], entry["turn"])
         # (a) separated by at least the drawn pause
-        assert start - prev_end >= entry["pause_s"] - SLACK_S
+        assert start - prev_end >= entry["pause_s"] / k - SLACK_S
         # (b) the pause is over before the request starts; its times are measured from there
         assert prev_end <= entry["sleep_start"] < entry["sleep_end"] <= start
-        assert entry["sleep_end"] - entry["sleep_start"] >= entry["pause_s"] - SLACK_S
+        assert entry["sleep_end"] - entry["sleep_start"] >= entry["pause_s"] / k - SLACK_S
         assert latency == pytest.approx(end - start, abs=1e-6)
         if tokens and tokens > 1:
             assert tpot == pytest.approx((latency - ttft) / (tokens - 1), rel=1e-6)
     table = read_table(pdir / "requests.parquet")
     later = table[table["turn"] > 1]
     assert sorted(later["think_s"]) == sorted(e["pause_s"] for e in log)
-    assert (later["gap_s"] >= later["think_s"] - SLACK_S).all()
+    assert (later["gap_s"] >= later["think_s"] - SLACK_S * k).all()
 
 
 def check_report_and_claims(run_dir: Path, tmp_path: Path, arm_profile: str, parallel: int) -> None:
@@ -82,3 +87,17 @@ def check_report_and_claims(run_dir: Path, tmp_path: Path, arm_profile: str, par
     failed = CliRunner().invoke(cli, ["claims", "check", str(run_dir), "--claims", str(claims)])
     assert failed.exit_code == 1, failed.output
     assert "meets-slo" in failed.output
+
+
+def usage_by_request(run_dir: Path, point) -> dict[tuple[str, int], int | None]:
+    """(conversation key, turn) -> the server's cached prompt tokens as the plugin logged them
+    (one usage line per request); checks that the per-request table stored the same values."""
+    pdir = run_dir / "points" / point.point_id
+    usage = read_log(pdir / "evalscope" / "think_time.jsonl", "usage")
+    assert len(usage) == point.client.total_requests
+    by_request = {(e["key"], e["turn"]): e["server_cached_tokens"] for e in usage}
+    assert len(by_request) == len(usage)  # one line per request
+    table = read_table(pdir / "requests.parquet")
+    stored = sorted(int(v) for v in table["server_cached_tokens"].dropna())
+    assert stored == sorted(v for v in by_request.values() if v is not None)
+    return by_request

@@ -41,6 +41,7 @@ MODULE_TIERS = {
     "tests/e2e/test_simserve_faults.py": "simhttp",
     "tests/e2e/test_simserve_protocol.py": "simhttp",
     "tests/simserve/test_simserve_refusal.py": "simhttp",
+    "tests/simserve/test_think_time_simhttp.py": "simhttp",
     "tests/report/test_dashboard_browser.py": "browser",
     "tests/report/test_figures_export.py": "browser",
 }
