@@ -169,7 +169,8 @@ def _transfers(entry: Entry) -> list[str]:
             f"({loads:,.0f} GiB over PCIe in the point)"
         )
     if m.get("preemptions"):
-        out.append(f"{m['preemptions']:.0f} preemptions (re-prefills)")
+        count = m["preemptions"]
+        out.append(f"{count:.0f} preemption{'' if count == 1 else 's'} (re-prefills)")
     return out
 
 

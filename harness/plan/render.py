@@ -155,19 +155,20 @@ def render_text(record: PlanRecord) -> str:
         lines.append("no configuration meets the objectives")
     else:
         lines.append(
-            f"{'#':>2} {'arm':14} {'pool':>5} {'mns':>4} {'c':>3}  "
+            f"{'#':>5} {'arm':14} {'pool GiB':>11} {'mns':>4} {'c':>3}  "
             f"{'goodput/GPU [80%]':24} {'out tok/s/GPU':>13} {'attain':>6} "
             f"{'TTFT p50/p' + str(p) + ' s':>16} {'TPOT p50/p' + str(p) + ' ms':>17} "
             f"{'running [80%]':18} {'capacity':>8}"
         )
-        for row in record.ranked:
-            lines.append(_row(row, p))
+        for group in _identical_runs(record.ranked):
+            lines.append(_row(group, p))
         lines += [
             "",
             (
                 "goodput = requests meeting every objective / s / GPU; [80%] = the "
                 "calibration's prediction interval (goodput: its throughput interval, "
-                "attainment held); capacity = `repro capacity` requests at the longest turn"
+                "attainment held); capacity = `repro capacity` requests at the longest turn; "
+                "pools listed together predict exactly the same"
             ),
         ]
     if record.best_serve_command:
@@ -188,15 +189,37 @@ def _counts_line(record: PlanRecord) -> str:
     )
 
 
-def _row(row: RankedConfig, p: int) -> str:
+def _identical_runs(rows: list[RankedConfig]) -> list[list[RankedConfig]]:
+    """Consecutive rows that predict exactly the same, differing only in the host pool (a pool
+    the point never fills), shown as one row listing the pools."""
+
+    def same(a: RankedConfig, b: RankedConfig) -> bool:
+        skip = {"rank", "config", "source"}
+        pool_free = {k: v for k, v in a.config.items() if k != "host_pool_gib"}
+        other = {k: v for k, v in b.config.items() if k != "host_pool_gib"}
+        return pool_free == other and a.model_dump(exclude=skip) == b.model_dump(exclude=skip)
+
+    groups: list[list[RankedConfig]] = []
+    for row in rows:
+        if groups and same(groups[-1][0], row):
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    return groups
+
+
+def _row(group: list[RankedConfig], p: int) -> str:
+    row = group[0]
     c = row.config
+    ranks = f"{row.rank}" if len(group) == 1 else f"{row.rank}-{group[-1].rank}"
+    pools = ",".join(f"{r.config['host_pool_gib']:g}" for r in group)
     pct = row.percentiles
     ttft = f"{_f(_s(pct.get('p50_ttft_ms')), '.2f')}/{_f(_s(pct.get(f'p{p}_ttft_ms')), '.2f')}"
     tpot = f"{_f(pct.get('p50_tpot_ms'), '.1f')}/{_f(pct.get(f'p{p}_tpot_ms'), '.1f')}"
     goodput = f"{row.goodput_rps_per_gpu:.4f}{_span(row.goodput_rps_per_gpu_interval80, '.4f')}"
     running = f"{_f(row.occupancy, '.1f')}{_span(row.interval80.get('occupancy'), '.1f')}"
     return (
-        f"{row.rank:>2} {c['arm']:14} {c['host_pool_gib']:>5g} {c['max_num_seqs']:>4} "
+        f"{ranks:>5} {c['arm']:14} {pools:>11} {c['max_num_seqs']:>4} "
         f"{c['concurrency']:>3}  {goodput:24} {_f(row.output_tok_s_per_gpu, '13.1f')} "
         f"{row.slo_attainment:>6.0%} {ttft:>16} {tpot:>17} {running:18} "
         f"{row.capacity['requests']:>8}"
