@@ -180,7 +180,8 @@ def _run_xdist(pytester: pytest.Pytester, notes: Path) -> pytest.RunResult:
 
     os.environ["NOTES"] = str(notes)
     try:
-        return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "-v")
+        # A bound against a hang (the stop path must end the run), not a speed verdict.
+        return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "-v", timeout=300)
     finally:
         del os.environ["NOTES"]
 
@@ -201,3 +202,29 @@ def test_under_xdist_a_unit_failure_stops_the_slow_scopes(pytester: pytest.Pytes
     assert result.ret != 0
     assert not list(tmp_path.glob("[abc]"))  # no shared-server test finished
     result.stdout.fnmatch_lines(["*1 unit test(s) failed*"])
+
+
+def test_an_interrupt_between_test_phases_is_held_until_the_next_phase():
+    from support.schedule import DeferredInterrupt
+
+    deferred = DeferredInterrupt()
+    deferred.on_sigint(2, None)  # between phases: reporting to the controller, not interrupted
+    assert deferred.held
+    phase = deferred._phase()
+    with pytest.raises(KeyboardInterrupt):  # raised as the next phase starts
+        next(phase)
+    assert not deferred.held and not deferred.in_phase
+
+
+def test_an_interrupt_inside_a_test_phase_is_raised_at_once():
+    from support.schedule import DeferredInterrupt
+
+    deferred = DeferredInterrupt()
+    phase = deferred._phase()
+    next(phase)  # the phase has started
+    assert deferred.in_phase
+    with pytest.raises(KeyboardInterrupt):
+        deferred.on_sigint(2, None)
+    with pytest.raises(StopIteration):
+        phase.send(None)  # the phase ends
+    assert not deferred.in_phase

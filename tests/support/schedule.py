@@ -64,13 +64,58 @@ def scopes_of(items: list[tuple[str, str, set[str]]]) -> dict[str, tuple[str, st
     return table
 
 
+class DeferredInterrupt:
+    """On a worker: the controller's Ctrl-C (`interrupt_workers`) raises KeyboardInterrupt only
+    inside a test's setup, call or teardown. Between phases the worker is talking to the
+    controller (a report half-sent when the interrupt lands leaves the controller reading a
+    message that never ends, and the run hangs: seen once under load), so there the interrupt is
+    held and raised as the next phase starts; a worker that starts no further test is shut down
+    by the controller as usual."""
+
+    def __init__(self) -> None:
+        self.in_phase = False
+        self.held = False
+
+    def on_sigint(self, signum: int, frame: object) -> None:
+        if self.in_phase:
+            raise KeyboardInterrupt
+        self.held = True
+
+    def _phase(self):
+        if self.held:
+            self.held = False
+            raise KeyboardInterrupt
+        self.in_phase = True
+        try:
+            return (yield)
+        finally:
+            self.in_phase = False
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item):
+        return (yield from self._phase())
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        return (yield from self._phase())
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None):
+        return (yield from self._phase())
+
+
 def configure(config: pytest.Config) -> None:
     """On the xdist controller: the file the workers will write their scope table to. On a
-    worker: its pid beside it, so that the controller can interrupt it (`interrupt_workers`)."""
+    worker: its pid beside it, so that the controller can interrupt it (`interrupt_workers`),
+    and the handler that holds such an interrupt until a test phase (`DeferredInterrupt`)."""
     if hasattr(config, "workerinput"):
         path = os.environ.get(SCOPES_ENV)
         if path:
-            Path(f"{path}.pid.{config.workerinput['workerid']}").write_text(str(os.getpid()))
+            worker = config.workerinput["workerid"]
+            deferred = DeferredInterrupt()
+            config.pluginmanager.register(deferred, "repro-deferred-interrupt")
+            signal.signal(signal.SIGINT, deferred.on_sigint)
+            Path(f"{path}.pid.{worker}").write_text(str(os.getpid()))
         return
     if not getattr(config.option, "numprocesses", None):
         return
@@ -98,14 +143,16 @@ def unconfigure(config: pytest.Config) -> None:
         Path(path).unlink(missing_ok=True)
 
 
-def interrupt_workers() -> None:
-    """Ctrl-C to every worker: the test in flight ends with KeyboardInterrupt and the worker
+def interrupt_workers(worker_ids: set[str]) -> None:
+    """Ctrl-C to the given workers: the test in flight ends with KeyboardInterrupt and the worker
     tears its fixtures (servers) down as on a user's Ctrl-C. xdist alone would let a worker
-    finish every test already handed to it."""
+    finish every test already handed to it. Workers with nothing left to run are not
+    interrupted: the controller's shutdown ends them cleanly."""
     path = os.environ.get(SCOPES_ENV)
     if not path:
         return
-    for pid_file in Path(path).parent.glob(Path(path).name + ".pid.*"):
+    for worker in sorted(worker_ids):
+        pid_file = Path(f"{path}.pid.{worker}")
         try:
             os.kill(int(pid_file.read_text()), signal.SIGINT)
         except (OSError, ValueError):
@@ -192,7 +239,12 @@ def make_scheduler(config: pytest.Config, log, unit_failures: Callable[[], list[
                     reporter = config.pluginmanager.getplugin("terminalreporter")
                     if reporter is not None:
                         reporter.write_line(f"stopping: {dsession.shouldstop}", red=True)
-                    if any(self._pending_of(work) for work in self.assigned_work.values()):
-                        interrupt_workers()
+                    interrupt_workers(
+                        {
+                            str(worker.gateway.id)
+                            for worker, work in self.assigned_work.items()
+                            if self._pending_of(work)
+                        }
+                    )
 
     return TierScheduling(config, log)
