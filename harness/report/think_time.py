@@ -204,7 +204,8 @@ def think_time_figure(
         )
     fig.update_xaxes(title_text="turn", row=1, col=2)
     fig.update_yaxes(title_text="running requests", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text="TTFT (ms)", rangemode="tozero", row=1, col=2)
+    # TTFT spans sub-second (the cache held) to minutes (queued behind a full pool)
+    fig.update_yaxes(title_text="TTFT (ms, log)", type="log", row=1, col=2)
     fig.update_yaxes(title_text="req/s", rangemode="tozero", row=1, col=3)
     fig.update_layout(
         title=title or "Think time: occupancy, TTFT by turn and goodput per arm",
