@@ -99,7 +99,6 @@ def code_digest() -> str:
     return digest.hexdigest()
 
 
-@lru_cache(maxsize=4)
 def _file_digest(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -127,6 +126,9 @@ def cache_key(request: PlanRequest, unit: Config, chain: tuple[int, ...]) -> str
         "calibration": _file_digest(str(request.calibration)) if request.calibration else None,
         "workload": request.workload.to_json(),
     }
+    think = request.workload.think
+    if think.kind == "file" and think.path:  # the pauses are the file's contents, not its name
+        material["think_file"] = _file_digest(think.path)
     text = json.dumps(material, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 

@@ -116,6 +116,19 @@ def test_a_cache_hit_returns_identical_results_without_simulating(
         search(other, jobs=1)
 
 
+def test_a_think_time_file_is_keyed_by_its_contents(tmp_path: Path) -> None:
+    pauses = tmp_path / "pauses.json"
+    pauses.write_text('{"pauses_s": [[0.5]]}', encoding="utf-8")
+    think = f"{{kind: file, path: {pauses}}}"
+    request = _request(think_time=think, concurrency="1,2", max_num_seqs="256")
+    first = search(request, jobs=1)
+    assert search(request, jobs=1).counts["cached_sweeps"] == 2
+    pauses.write_text('{"pauses_s": [[5.0]]}', encoding="utf-8")
+    changed = search(_request(think_time=think, concurrency="1,2", max_num_seqs="256"), jobs=1)
+    assert changed.counts["simulated_sweeps"] == 2 and changed.counts["cached_sweeps"] == 0
+    assert _outcomes(changed) != _outcomes(first)
+
+
 def test_two_worker_processes_give_the_same_answer_and_progress_reaches_the_end() -> None:
     request = _request(arms="hisparse,offload")
     seen: list[tuple[int, int]] = []
