@@ -1,13 +1,20 @@
 """What a run records about its engine (`RunManifest.engine_spec`), and what an older manifest
-that predates the field stands for. Below every stage: `harness.engines` validates `args`
-against the engine's typed model; this module only knows the record."""
+that predates the field stands for (and the one key repro.run/1 named otherwise). Below every
+stage: `harness.engines` validates `args` against the engine's typed model; this module only
+knows the record."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field
+
+# repro.run/1 manifests are read as repro.run/2 ones: the one change is that the configuration
+# key (harness.identity.configuration_key) was stored as `workload_key`
+RUN_1 = "repro.run/1"
+RUN_1_AS_2 = BeforeValidator(lambda version: "repro.run/2" if version == RUN_1 else version)
+CONFIG_KEY_NAMES = AliasChoices("configuration_key", "workload_key")
 
 
 class EngineSpec(BaseModel):

@@ -28,13 +28,13 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from harness import metric_names as mn
 from harness.config import read_json, validate
-from harness.engine_spec import EngineSpec, legacy_engine_spec
+from harness.engine_spec import CONFIG_KEY_NAMES, RUN_1, RUN_1_AS_2, EngineSpec, legacy_engine_spec
 from harness.errors import ReproError, RunError
 from harness.paths import check_not_run_record  # noqa: F401 - its home before paths.py
 
@@ -342,9 +342,7 @@ class JobFacts(_Record):
 class RunManifest(_Record):
     """Everything needed to know what a run was, and to redo it."""
 
-    # repro.run/1 is read too (its workload_key becomes configuration_key, _from_run_1)
-    OLDER_SCHEMAS: ClassVar[tuple[str, ...]] = ("repro.run/1",)
-    schema_version: Literal["repro.run/2"] = RUN_SCHEMA
+    schema_version: Annotated[Literal["repro.run/2"], RUN_1_AS_2] = RUN_SCHEMA
     run_id: str
     status: Literal["running", "complete", "partial", "failed"]
     created_at: float
@@ -364,9 +362,7 @@ class RunManifest(_Record):
     build: dict[str, Any] | None = None  # build provenance
     launch: dict[str, Any] | None = None  # launch provenance (env, host, KV capacity lines)
     dataset: dict[str, Any]  # at least path, sha256; plus the dataset manifest summary
-    # harness.identity.configuration_key: the workload and the server configuration, equal for
-    # repeats of one experiment (repro.run/1 called it workload_key)
-    configuration_key: str
+    configuration_key: str = Field(validation_alias=CONFIG_KEY_NAMES)  # identity.py
     client: dict[str, Any]  # name, version, command template
     host: dict[str, Any] = Field(default_factory=dict)
     sweep: dict[str, Any]  # resolved sweep spec
@@ -381,32 +377,7 @@ class RunManifest(_Record):
     # host, pid and process start of the harness that runs it; server_pgid when it launched one
     owner: dict[str, Any] = Field(default_factory=dict)
     job: JobFacts | None = None  # set when the run was a scheduler job (harness.cluster)
-    # the environment variables of harness.env's table that were set (docs/workloads.md §4)
-    environment: dict[str, str] = Field(default_factory=dict)
-    # the whole run configuration, harness.run.config.RunConfig (repro.runconfig/1); None in
-    # manifests older than it, which harness.run.config.run_config derives (docs/workloads.md §2)
-    run_config: dict[str, Any] | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_run_1(cls, data: Any) -> Any:
-        """repro.run/1 (and callers still passing its name): `workload_key` is read as
-        `configuration_key` and the record is a repro.run/2 one; the file is not rewritten."""
-        if not isinstance(data, dict) or "workload_key" not in data:
-            return data
-        if "configuration_key" in data:
-            raise ValueError("workload_key and configuration_key both given (one key, renamed)")
-        upgraded = {k: v for k, v in data.items() if k != "workload_key"}
-        upgraded["configuration_key"] = data["workload_key"]
-        if upgraded.get("schema_version") == "repro.run/1":
-            upgraded["schema_version"] = RUN_SCHEMA
-        return upgraded
-
-    @property
-    def workload_key(self) -> str:
-        """The configuration key under its repro.run/1 name (not the workload identity:
-        harness.identity.workload_identity)."""
-        return self.configuration_key
+    run_config: dict[str, Any] | None = None  # harness.run.config.RunConfig (older: None)
 
     def engine_record(self) -> EngineSpec | None:
         """The engine and its arguments: as recorded, or derived from the fields an older
@@ -589,7 +560,7 @@ def _read_model(path: Path, model: type[BaseModel]) -> Any:
     data = read_json(path, "record", error=RunError)
     expected = model.model_fields["schema_version"].default
     found = data.get("schema_version") if isinstance(data, dict) else None
-    if found != expected and found not in getattr(model, "OLDER_SCHEMAS", ()):
+    if found != expected and (found, expected) != (RUN_1, RUN_SCHEMA):
         raise RunError(f"{path}: schema_version {found!r}, this harness reads {expected!r}")
     return validate(model, data, path, error=RunError)
 

@@ -5,8 +5,8 @@ the manifest (``run_config``, schema ``repro.runconfig/1``) and read back by ``-
 Its parts: the engine (its typed arguments), the server (the resolved profile but its sweep,
 and the ``--set`` overrides), the workload (its name, its digest and the fields the client
 sends), the client (dataset, scrape and pacing settings, repeats, points, port), the coherence
-check (the profile's block and ``--coherence-against``) and the gates (``--fail-fast``,
-``--allow-incoherent``, the objectives). A manifest written before the field existed has it
+check (the profile's block and ``--coherence-against``), the gates (``--fail-fast``,
+``--allow-incoherent``, the objectives) and the environment variables that were set. A manifest written before the field existed has it
 derived from its other fields when read (:func:`run_config`); its file is never rewritten.
 """
 
@@ -81,6 +81,8 @@ class RunConfig(_Strict):
     client: ClientConfig
     coherence: CoherenceConfig
     gates: GateConfig
+    # the variables of harness.env's table that were set (docs/workloads.md §4; older: none)
+    environment: dict[str, str] = Field(default_factory=dict)
 
     def profile(self) -> Profile:
         """The resolved profile again: the server's fields, the sweep rebuilt from the workload
@@ -102,6 +104,7 @@ def build_run_config(
     coherence_against: str | None = None,
     fail_fast: bool = False,
     allow_incoherent: bool = False,
+    environment: dict[str, str] | None = None,
 ) -> RunConfig:
     """The run configuration of a resolved profile and the command line's choices."""
     sweep = profile.sweep.model_dump(mode="json")
@@ -129,6 +132,7 @@ def build_run_config(
         gates=GateConfig(
             fail_fast=fail_fast, allow_incoherent=allow_incoherent, slo=profile.sweep.slo
         ),
+        environment=environment or {},
     )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from harness import engines
+from harness import env as harness_env
 from harness.engines import Engine, EngineArgs, EngineOptions
 from harness.errors import ConfigError, RunError
 from harness.names import check_name
@@ -177,6 +178,7 @@ def resolve(request: SweepRequest) -> Target:
         coherence_against=request.coherence_against,
         fail_fast=request.fail_fast,
         allow_incoherent=request.allow_incoherent,
+        environment=harness_env.snapshot(),
     )
     return Target(
         profile=prof,

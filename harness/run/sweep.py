@@ -23,7 +23,6 @@ from typing import Any
 import click
 
 from harness import __version__
-from harness import env as harness_env
 from harness.analysis.groups import repeat_aggregates
 from harness.client.evalscope import (
     ClientArgs,
@@ -144,7 +143,6 @@ def _new_manifest(target: Target, ds: DatasetFacts, planned: list[PlannedPoint])
         planned_points=[p.point_id for p in planned],
         repeats=target.repeats,
         owner=this_owner(),
-        environment=harness_env.snapshot(),
         run_config=target.config.model_dump(mode="json") if target.config else None,
     )
 

@@ -64,7 +64,7 @@ def test_sweep_job_is_a_local_run_plus_job_facts(server_factory, slurm, tmp_path
     assert (job.state, job.node, job.partition) == ("COMPLETED", socket.gethostname(), "debug")
     assert job.array_index is None and job.exit_code == "0:0"
     assert job_run.manifest.status == local_run.manifest.status == "complete"
-    assert job_run.manifest.workload_key == local_run.manifest.workload_key
+    assert job_run.manifest.configuration_key == local_run.manifest.configuration_key
     for key in ("engine", "profile", "overrides", "sweep", "planned_points", "dataset", "gpus"):
         assert job_m[key] == local_m[key], key
     assert [p.point_id for p in job_run.points] == [p.point_id for p in local_run.points]

@@ -232,7 +232,7 @@ def test_resume_after_interrupt_gives_the_same_summary(server_factory, tmp_path)
         ]
 
     assert rows(cut) == rows(full)
-    assert load_run(cut).manifest.workload_key == load_run(full).manifest.workload_key
+    assert load_run(cut).manifest.configuration_key == load_run(full).manifest.configuration_key
     with pytest.raises(RunError, match="complete"):
         run_sweep(SweepRequest("cpu-tiny", resume=cut), echo=QUIET["echo"])
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from support.manifests import minimal_manifest
 
+from harness import env as harness_env
 from harness.engine_spec import EngineSpec
 from harness.errors import RunError
 from harness.results import read_manifest
@@ -60,6 +61,7 @@ def test_a_run_stores_it_resume_reads_it_and_older_runs_derive_it(partial_run: P
     assert manifest.run_config is not None
     stored = RunConfig.model_validate(manifest.run_config)
     assert stored.workload.name == "cpu-tiny"
+    assert stored.environment == harness_env.snapshot()  # what was set when it started
     assert stored.profile().model_dump(mode="json") == manifest.profile
     target = resolve(SweepRequest(resume=partial_run))
     assert target.config == stored and target.profile == stored.profile()
@@ -68,8 +70,10 @@ def test_a_run_stores_it_resume_reads_it_and_older_runs_derive_it(partial_run: P
     _edit_manifest(partial_run, lambda d: d.pop("run_config"))
     older = read_manifest(partial_run)
     assert older.run_config is None
-    assert run_config(older).model_dump(mode="json") == manifest.run_config
-    assert resolve(SweepRequest(resume=partial_run)).config == stored
+    derived = run_config(older)
+    assert derived.environment == {}  # an older run recorded none
+    assert derived.model_copy(update={"environment": stored.environment}) == stored
+    assert resolve(SweepRequest(resume=partial_run)).config == derived
     assert "run_config" not in json.loads((partial_run / "manifest.json").read_text())
 
     # the stored configuration is what a resume runs with, not the manifest's other fields
@@ -113,14 +117,14 @@ def test_a_run_1_manifest_reads_its_workload_key_as_the_configuration_key(tmp_pa
     text = json.dumps(old)
     (tmp_path / "manifest.json").write_text(text)
     manifest = read_manifest(tmp_path)
-    assert manifest.configuration_key == manifest.workload_key == "0123456789abcdef"
+    assert manifest.configuration_key == "0123456789abcdef"
     assert manifest.schema_version == "repro.run/2"
     assert (tmp_path / "manifest.json").read_text() == text  # read, not rewritten
     written = manifest.model_dump(mode="json")
     assert "workload_key" not in written and written["configuration_key"] == "0123456789abcdef"
 
     (tmp_path / "manifest.json").write_text(json.dumps({**old, "configuration_key": "x"}))
-    with pytest.raises(RunError, match="workload_key and configuration_key both given"):
+    with pytest.raises(RunError, match="key 'workload_key': unknown key"):  # one name, not both
         read_manifest(tmp_path)
     (tmp_path / "manifest.json").write_text(json.dumps({**old, "schema_version": "repro.run/3"}))
     with pytest.raises(RunError, match="schema_version 'repro.run/3', this harness reads"):
