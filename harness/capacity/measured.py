@@ -38,7 +38,10 @@ class NoCapacityModel(ConfigError):
 
 
 @dataclass(frozen=True)
-class Workload:
+class RunContexts:
+    """The context lengths a run's requests had, per turn (the simulator's conversations are
+    harness.sim.client.Workload; a workload file is harness.serve.workloads.WorkloadSpec)."""
+
     source: str  # where the context lengths came from
     turn_contexts: list[float]  # mean prompt tokens per turn (turn 1 first)
     max_context: float
@@ -82,7 +85,7 @@ class RunComparison:
     run: Run
     deployment: Deployment
     hisparse: bool
-    workload: Workload
+    workload: RunContexts
     results: list[SeqResult]  # at the mean and max sequence length
     points: list[PointComparison]
     notes: list[str] = field(default_factory=list)
@@ -376,7 +379,7 @@ def _recipe_numbers(run: Run) -> dict[str, Any]:
     return numbers
 
 
-def run_workload(run: Run) -> tuple[Workload, dict[str, list[list[float]]]]:
+def run_contexts(run: Run) -> tuple[RunContexts, dict[str, list[list[float]]]]:
     """The run's context lengths: a run-wide summary and, when known, per-point rows."""
     max_tokens = int(run.manifest.sweep.get("max_tokens") or 220)
     max_turns = run.manifest.sweep.get("max_turns")
@@ -404,13 +407,13 @@ def run_workload(run: Run) -> tuple[Workload, dict[str, list[list[float]]]]:
         width = min(len(r) for r in rows)
         turns = [statistics.fmean(r[t] for r in rows) for t in range(width)]
         peak = max(max(r) for r in rows)
-        return Workload(source, turns, peak, max_tokens), per_point
+        return RunContexts(source, turns, peak, max_tokens), per_point
 
     listed = _find_turn_tokens(run.manifest.dataset.get("manifest") or run.manifest.dataset)
     if listed:
         if max_turns:
             listed = listed[: int(max_turns)]
-        return Workload("dataset manifest", listed, max(listed), max_tokens), {}
+        return RunContexts("dataset manifest", listed, max(listed), max_tokens), {}
 
     numbers = _recipe_numbers(run)
     missing = [
@@ -429,7 +432,7 @@ def run_workload(run: Run) -> tuple[Workload, dict[str, list[list[float]]]]:
         turn_count = min(turn_count, int(max_turns))
     contexts = [float(first + (t - 1) * (later + max_tokens)) for t in range(1, turn_count + 1)]
     return (
-        Workload("recipe: F + (t-1)(S + max_tokens)", contexts, max(contexts), max_tokens),
+        RunContexts("recipe: F + (t-1)(S + max_tokens)", contexts, max(contexts), max_tokens),
         {},
     )
 
@@ -548,7 +551,7 @@ def compare_run(
     }
     dep = _run_deployment(loaded, spec, facts, options, notes)
     notes += _pool_notes(loaded, dep, facts)
-    workload, per_point = run_workload(loaded)
+    workload, per_point = run_contexts(loaded)
     seq_mean = math.ceil(workload.mean_context) + workload.max_tokens
     seq_max = math.ceil(workload.max_context) + workload.max_tokens
     if facts.max_model_len and seq_max > facts.max_model_len:

@@ -193,7 +193,8 @@ def manifest_workload(manifest_path: Path) -> Workload:
     return Workload(tuple(convs), f"{manifest_path} (templated)")
 
 
-def run_workload(run: Run) -> Workload:
+def recorded_workload(run: Run) -> Workload:
+    """The simulator's workload of a recorded run: its dataset's conversations, as token counts."""
     path = Path(run.manifest.dataset.get("path", "")).with_suffix(".json.manifest.json")
     return manifest_workload(path)
 
@@ -348,7 +349,7 @@ def _resent_reply_excess(run: Run, points: list[PointDeltas]) -> float:
     """Tokens per earlier turn by which the server's prompts exceed the templated counts with a
     `max_tokens` reply: a reply is detokenised and re-tokenised with its template before it is
     re-sent, which need not give back `max_tokens` tokens."""
-    wl = run_workload(run)
+    wl = recorded_workload(run)
     reply = int(run.manifest.sweep["max_tokens"])
     turns = wl.num_turns
     modelled = sum(sum(u[:t]) + (t - 1) * reply for u in wl.turns for t in range(1, turns + 1)) / (

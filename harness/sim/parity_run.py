@@ -28,7 +28,7 @@ from harness.results import (
     load_run,
 )
 from harness.sim.client import PointClient, Workload
-from harness.sim.parity import CpuCost, CpuSetup, cpu_serve, fit_cpu_cost, run_workload
+from harness.sim.parity import CpuCost, CpuSetup, cpu_serve, fit_cpu_cost, recorded_workload
 from harness.sim.run import _record, simulated_manifest, write_simulated_run
 
 # Targets of issue 12 (item 5): occupancy within 15 %; preemptions and waiting of the same order.
@@ -55,7 +55,7 @@ def simulate_like(
         cost,
         str(man.profile.get("serve", {}).get("served-model-name", "tiny")),
     )
-    workload = _resent(run_workload(run), cost.resent_reply_tokens)
+    workload = _resent(recorded_workload(run), cost.resent_reply_tokens)
     sweep = man.sweep
     turns = min(workload.num_turns, sweep.get("max_turns") or workload.num_turns)
     engine = setup.build()
