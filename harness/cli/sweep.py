@@ -185,7 +185,7 @@ def runs() -> None:
 @runs.command("list")
 @path_option("--out", help="Folder holding run directories (default: results/ or REPRO_RESULTS).")
 def runs_list(out: Path | None) -> None:
-    """One line per run: id, status, profile, points (valid/finished/planned), workload key."""
+    """One line per run: id, status, profile, points (valid/finished/planned), configuration key."""
     for line in list_runs(out):
         click.echo(line)
 

@@ -21,7 +21,7 @@ def list_runs(out: Path | None = None) -> list[str]:
     if out is not None and not root.is_dir():  # a typo must not read as "no runs"
         raise RunError(f"--out {root}: {'not a folder' if root.exists() else 'no such folder'}")
     jobs = job_records(root)
-    lines = [f"{'run':40} {'status':9} {'profile':20} {'valid/done/planned':19} workload"]
+    lines = [f"{'run':40} {'status':9} {'profile':20} {'valid/done/planned':19} configuration"]
     for manifest_path in sorted(root.glob("*/manifest.json")):
         try:
             run = load_run(manifest_path.parent)
