@@ -49,6 +49,7 @@ NO_EFFECT = {
     "tool-call-parser",
     "reasoning-parser",
     "dtype",
+    "enable-prompt-tokens-details",  # adds cached_tokens to the usage of each response
 }
 CONNECTORS = {"OffloadingConnector"}
 OFFLOAD_SPECS = {"TieringOffloadingSpec", "CPUOffloadingSpec"}

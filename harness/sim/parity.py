@@ -58,7 +58,7 @@ CPU_MODELLED = {
     "max-num-batched-tokens",
     "enable-prefix-caching",
 }
-CPU_NO_EFFECT = {"served-model-name", "dtype"}
+CPU_NO_EFFECT = {"served-model-name", "dtype", "enable-prompt-tokens-details"}
 
 
 # --------------------------------------------------------------------------- the server
