@@ -14,11 +14,8 @@ CITED = re.compile(r"docs/([a-z0-9-]+)\.md(?: §(\d+(?:\.\d+)?[a-z]?))?")
 OUTSIDE = re.compile(
     r"(?<![\w./-])(?:shared/)?(?:reference/)?(?:DESIGN|vllm-cpu|sim|recipe|vllm|pitfalls|evalscope|anchors)\.md"
 )
-# Still citing the old notes: the calibration file, whose provenance strings were written by an
-# earlier `repro simulate calibrate` and change with the next fit (harness/sim/calibrate.py).
-PENDING = {
-    "launch/calibrations/glm53-h200.yaml",
-}
+# Files still citing the old notes (none: the calibration file was regenerated).
+PENDING: set[str] = set()
 SUFFIXES = {".py", ".yaml", ".yml", ".md", ".sh", ".toml"}
 
 

@@ -14,6 +14,7 @@ from harness.serve.profiles import load_profile
 from harness.sim.config import (
     UNCALIBRATED,
     calibration_label,
+    derived_kv_gib,
     find_calibration,
     load_calibration,
     mtp_kv_gib,
@@ -32,13 +33,17 @@ def test_the_pool_per_mtp_mode_by_hand():
     # with MTP every block carries a 79th latent layer (576 B) and a 22nd indexer key (132 B):
     # 47,700 B -> 48,408 B per token, so 20 GiB hold as many blocks as 19.7075 GiB did
     assert mtp_kv_gib(model, "fp8", 20.0, 3, cf, 8) == pytest.approx(20.0 * 47700 / 48408)
-    # a calibrated budget (the MTP server's) is taken per MTP mode
+    # a calibrated run derives its pool per MTP mode from the fitted runtime reserve
+    # (tests/sim/test_sim_pool.py checks the derivation by hand)
     cal = resolve_calibration(None, "zai-org/GLM-5.3")
     nomtp = setup_from_profile(load_profile("offload512-nomtp"), cal)
     mtp = setup_from_profile(load_profile("offload512"), cal)
-    kv = cal.params["kv_gib_per_gpu"]
-    assert mtp.facts["kv_gib_per_gpu"] == pytest.approx(kv * 47700 / 48408)
-    assert nomtp.facts["kv_gib_per_gpu"] == pytest.approx(kv + 9.93e9 / 8 / GIB)
+    dep = make_deployment(model, gpu="h200", tp=8)
+    runtime = cal.params["runtime_gib"]
+    assert mtp.facts["kv_gib_per_gpu"] == pytest.approx(derived_kv_gib(dep, runtime, 3, cf))
+    assert nomtp.facts["kv_gib_per_gpu"] == pytest.approx(derived_kv_gib(dep, runtime, 0, cf))
+    # the module's weights come back without MTP, and the blocks lose the MTP layer
+    assert nomtp.facts["kv_gib_per_gpu"] - mtp.facts["kv_gib_per_gpu"] > 9.93e9 / 8 / GIB
     assert nomtp.pool_units > mtp.pool_units
 
 
