@@ -21,7 +21,7 @@ def test_fit_recovers_the_parameters_that_made_the_targets(tmp_path: Path):
     )
     truth = {"prefill_eff": 0.2, "acceptance_length": 2.2}
     made = cal.predict("hisparse384", truth, str(recipe), overrides=SETS)
-    points = {label: {m: m_[m] for m in cal.METRICS} for label, m_ in made.items()}
+    points = {label: {m: float(m_[m] or 0.0) for m in cal.METRICS} for label, m_ in made.items()}
     target = cal.Target("hisparse384", "synthetic", points, str(recipe), SETS)
     params, rows, evals = cal.fit([target], max_evals=60, names=tuple(truth), echo=lambda _: None)
     assert evals <= 60
