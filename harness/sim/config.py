@@ -13,17 +13,24 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.capacity.deployment import GIB, make_deployment, mtp_hot_rows
+from harness.capacity.deployment import make_deployment, mtp_hot_rows
 from harness.capacity.formulas import capacity_at
 from harness.capacity.model import ModelSpec, find_model_for
 from harness.config import read_yaml
 from harness.errors import ConfigError
 from harness.paths import REPO_ROOT
-from harness.sim.cost import FIT_PARAMS, SERVED_ROW_BYTES, Roofline
+from harness.sim.cost import FIT_PARAMS, Roofline
 from harness.sim.engine import Engine
 from harness.sim.facts import compute_facts, gpu_facts
 from harness.sim.mtp import Mtp
 from harness.sim.policies import Channel, GpuOnly, HiSparse, Offload
+from harness.sim.pool import (
+    derived_kv_gib,
+    mtp_kv_gib,
+    policy_pools,
+    served_bytes_scale,
+    token_bytes,
+)
 from harness.sim.scheduler import Scheduler
 from harness.sim.startup import EngineRefused, check_host_pool, check_kv_pool, kv_pool
 
@@ -366,16 +373,7 @@ def setup_from_profile(
     if derived and "host_bytes_scale" not in fitted:
         fitted["host_bytes_scale"] = served_bytes_scale(model, dtype, spec)
     try:
-        # Uncalibrated: the calculator's budget for both MTP modes, as `repro capacity` gives
-        # it. An explicit budget is the MTP server's, taken per MTP mode (mtp_kv_gib). A
-        # calibrated run derives the pool as vLLM sizes it (derived_kv_gib), per GPU and mode.
-        if kv_override is not None:
-            kv_override = mtp_kv_gib(model, dtype, kv_override, spec, cf, tp)
-        elif runtime_gib is not None:
-            plain = make_deployment(
-                model, gpu=gpu, tp=tp, dp=dp, kv_dtype=dtype, gpu_memory_utilization=util
-            )
-            kv_override = derived_kv_gib(plain, runtime_gib, spec, cf)
+        kv = _kv_budget(model, gpu, tp, dtype, util, spec, cf, kv_override, runtime_gib)
         dep = make_deployment(
             model,
             gpu=gpu,
@@ -385,27 +383,19 @@ def setup_from_profile(
             max_seqs=max_seqs,
             spec_tokens=spec if host_gib is not None else None,
             gpu_memory_utilization=util,
-            kv_gib_per_gpu=kv_override,
+            kv_gib_per_gpu=kv,
         )
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     rows = mtp_hot_rows(spec, model.architecture.index_topk) if spec else model.default_hot_rows
-    policy, pool, policy_args = _pools(dep, rows, host_gib, _connector(where, serve))
+    policy, pool, policy_args = policy_pools(dep, rows, host_gib, _connector(where, serve))
     if "num-gpu-blocks-override" in serve:
         pool = _int(where, "serve.num-gpu-blocks-override", serve["num-gpu-blocks-override"])
     elif derived:
         pool -= 1  # vLLM's BlockPool holds block 0 back as the null block (v1/core/block_pool.py)
     roof = _roofline(model, dtype, gpu_facts(gpu, where), cf, tp)
     roof.spec_tokens = spec
-    for key, value in fitted.items():
-        if key not in FIT_PARAMS:
-            raise ConfigError(
-                f"sim.{key}: not a simulator parameter (known: {', '.join(FIT_PARAMS)})"
-            )
-        low, high = FIT_PARAMS[key]
-        if not low <= float(value) <= high:  # the bounds a calibration file is held to (nan too)
-            raise ConfigError(f"sim.{key}={value}: outside [{low}, {high}]")
-        setattr(roof, key, float(value))
+    _apply_params(roof, fitted)
     max_len = _int(where, "serve.max-model-len", serve.get("max-model-len", 142000))
     kv_check = _refuse_like_vllm(
         where, policy, pool, dep, policy_args, max_len, "num-gpu-blocks-override" in serve, roof
@@ -442,6 +432,40 @@ def setup_from_profile(
         interval_sigma=_interval_sigma(calibration, profile.name),
         residency=residency or (calibration.residency if calibration else "constant-miss"),
     )
+
+
+def _kv_budget(
+    model: ModelSpec,
+    gpu: str,
+    tp: int,
+    dtype: str,
+    util: float,
+    spec: int,
+    cf: Any,
+    kv_override: float | None,
+    runtime_gib: float | None,
+) -> float | None:
+    """KV GiB per GPU: None uncalibrated (the calculator's budget for both MTP modes, as
+    `repro capacity` gives it); an explicit budget is the MTP server's, taken per MTP mode
+    (mtp_kv_gib); a calibrated run derives the pool as vLLM sizes it, per GPU and mode."""
+    if kv_override is not None:
+        return mtp_kv_gib(model, dtype, kv_override, spec, cf, tp)
+    if runtime_gib is None:
+        return None
+    plain = make_deployment(model, gpu=gpu, tp=tp, kv_dtype=dtype, gpu_memory_utilization=util)
+    return derived_kv_gib(plain, runtime_gib, spec, cf)
+
+
+def _apply_params(roof: Roofline, params: dict[str, float]) -> None:
+    for key, value in params.items():
+        if key not in FIT_PARAMS:
+            raise ConfigError(
+                f"sim.{key}: not a simulator parameter (known: {', '.join(FIT_PARAMS)})"
+            )
+        low, high = FIT_PARAMS[key]
+        if not low <= float(value) <= high:  # the bounds a calibration file is held to (nan too)
+            raise ConfigError(f"sim.{key}={value}: outside [{low}, {high}]")
+        setattr(roof, key, float(value))
 
 
 def _interval_sigma(cal: Calibration | None, profile: str) -> dict[str, float] | None:
@@ -504,43 +528,6 @@ def _check_inputs(
     return model, gpu or (calibration.gpu if calibration else DEFAULT_GPU)
 
 
-def _pools(
-    dep: Any, rows: int, host_gib: float | None, cpu_bytes: int | None
-) -> tuple[str, int, dict[str, Any]]:
-    """Policy name, GPU pool units and policy sizes, all from the capacity model."""
-    model, tp = dep.model, dep.tp
-    lim = capacity_at(dep, model.block_tokens.baseline, rows)
-    layout = model.layout(dep.kv_dtype)
-    if host_gib is not None:
-        indexer_block = (
-            layout.indexer_bytes_per_token_layer
-            * model.architecture.indexer_full_layers
-            * model.block_tokens.gpu
-        )
-        return (
-            "hisparse",
-            lim.gpu_pool,
-            {
-                "latent_units": math.ceil(dep.host_block_bytes / dep.hisparse_block_bytes),
-                "indexer_units": model.indexer_pages_per_block,
-                "lease_units": lim.hot_per_request + lim.resident_per_request,
-                "host_blocks": math.floor(host_gib * GIB / dep.host_block_bytes),
-                "indexer_cpu_blocks": (cpu_bytes or 0) // tp // indexer_block,
-                "indexer_block_bytes": indexer_block,
-            },
-        )
-    if cpu_bytes is not None:
-        return (
-            "offload",
-            lim.baseline_pool,
-            {
-                "cpu_blocks": cpu_bytes // tp // dep.baseline_block_bytes,
-                "block_bytes": dep.baseline_block_bytes,
-            },
-        )
-    return "gpu", lim.baseline_pool, {}
-
-
 def _roofline(model: ModelSpec, dtype: str, gf: Any, cf: Any, tp: int) -> Roofline:
     arch, bt = model.architecture, model.block_tokens
     layout = model.layout(dtype)  # type: ignore[arg-type]  # dtype was checked against kv_layouts
@@ -576,80 +563,6 @@ def _roofline(model: ModelSpec, dtype: str, gf: Any, cf: Any, tp: int) -> Roofli
         * arch.indexer_full_layers,
         spec_tokens=0,
     )
-
-
-def mtp_kv_gib(model: ModelSpec, dtype: str, kv_gib: float, spec: int, cf: Any, tp: int) -> float:
-    """The KV budget per GPU in the capacity model's block bytes, per MTP mode.
-
-    vLLM sizes the pool after loading the weights, the MTP module's among them (FP8, 1 B per
-    parameter, a 1/TP share per rank), and gives the MTP layer its own latent and indexer KV in
-    every block (one more sparse-MLA layer). `kv_gib` is the MTP server's budget (what a
-    calibration fits, and what its start-up log states): without MTP the module's weights are
-    free memory; with it, every block is one layer wider than the calculator's, so the same bytes
-    hold fewer calculator blocks.
-    """
-    if not spec:
-        return kv_gib + cf.mtp_params / tp / GIB
-    return kv_gib * _mtp_block_ratio(model, dtype)
-
-
-def _mtp_block_ratio(model: ModelSpec, dtype: str) -> float:
-    """Calculator bytes per token / the same with the MTP layer's latent and indexer rows."""
-    latent, indexer = token_bytes(model, dtype)
-    arch = model.architecture
-    per_token = arch.num_layers * latent + arch.indexer_full_layers * indexer
-    return per_token / (per_token + latent + indexer)
-
-
-def token_bytes(model: ModelSpec, dtype: str) -> tuple[int, int]:
-    """Latent and indexer bytes per token and layer of a KV layout (the capacity model's)."""
-    layout = model.layout(dtype)  # type: ignore[arg-type]  # dtype was checked against kv_layouts
-    latent, indexer = layout.latent_bytes_per_token_layer, layout.indexer_bytes_per_token_layer
-    if latent is None or indexer is None:
-        raise ConfigError(
-            f"{model.source_file}: kv_layouts.{dtype}: latent_bytes_per_token_layer and "
-            "indexer_bytes_per_token_layer are required by the simulator"
-        )
-    return latent, indexer
-
-
-def derived_kv_gib(dep: Any, runtime_gib: float, spec: int, cf: Any) -> float:
-    """The KV pool per GPU as vLLM sizes it at start-up, in the capacity model's block bytes.
-
-    vLLM (`v1/worker/gpu_worker.py` determine_available_memory) gives the KV cache what is left
-    of gpu-memory-utilization x HBM after the weights and the profile run's peak: the weights
-    (the capacity model's shared / TP + routed / expert shards), the MTP module's weights when
-    speculative decoding is on (FP8, a 1/TP share per rank), and `runtime_gib` (peak
-    activations of a max_num_batched_tokens forward, CUDA graphs, NCCL/cuBLAS buffers). The
-    indexer cache shares every block with the latent (the calculator's baseline block holds
-    both); with MTP every block also carries the MTP layer's latent and indexer rows
-    (mtp_kv_gib's ratio), so the same bytes hold fewer calculator blocks. The null block is
-    taken off the pool by the caller (docs/simulator.md §3).
-    """
-    free = dep.gpu_budget_gib - dep.weights_gib_per_gpu - runtime_gib
-    if spec:
-        free -= cf.mtp_params / dep.tp / GIB
-        free *= _mtp_block_ratio(dep.model, dep.kv_dtype)
-    return max(0.0, free)
-
-
-def served_bytes_scale(model: ModelSpec, dtype: str, spec: int) -> float:
-    """Bytes per token of an offloaded block as the server holds it / the calculator's.
-
-    The served latent row is the fp8_ds_mla row (SERVED_ROW_BYTES: 512 B latent, 16 B scales,
-    128 B BF16 RoPE) where the calculator counts 576 B; with MTP the MTP layer adds one latent
-    and one indexer row per token (docs/simulator.md §3). Only the FP8 layout has a served row
-    size; other layouts keep the calculator's bytes (1.0)."""
-    if dtype != "fp8":
-        return 1.0
-    latent, indexer = token_bytes(model, dtype)
-    arch = model.architecture
-    extra = 1 if spec else 0
-    served = (arch.num_layers + extra) * SERVED_ROW_BYTES + (
-        arch.indexer_full_layers + extra
-    ) * indexer
-    calc = arch.num_layers * latent + arch.indexer_full_layers * indexer
-    return served / calc
 
 
 def split_overrides(overrides: Sequence[str]) -> tuple[list[str], dict[str, float]]:

@@ -14,14 +14,13 @@ from harness.serve.profiles import load_profile
 from harness.sim.config import (
     UNCALIBRATED,
     calibration_label,
-    derived_kv_gib,
     find_calibration,
     load_calibration,
-    mtp_kv_gib,
     resolve_calibration,
     setup_from_profile,
 )
 from harness.sim.facts import COMPUTE
+from harness.sim.pool import derived_kv_gib, mtp_kv_gib
 
 GIB = 2**30
 

@@ -8,8 +8,9 @@ import pytest
 from harness.capacity.deployment import make_deployment
 from harness.capacity.model import load_model
 from harness.serve.profiles import load_profile
-from harness.sim.config import derived_kv_gib, served_bytes_scale, setup_from_profile
+from harness.sim.config import setup_from_profile
 from harness.sim.facts import COMPUTE
+from harness.sim.pool import derived_kv_gib, served_bytes_scale
 
 GIB = 2**30
 

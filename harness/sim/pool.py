@@ -1,0 +1,132 @@
+"""The KV pool and block bytes as the served engine has them, from the capacity model (the
+calculator's geometry) and the compute facts: per GPU, per MTP mode (docs/simulator.md §3)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from harness.capacity.deployment import GIB
+from harness.capacity.formulas import capacity_at
+from harness.capacity.model import ModelSpec
+from harness.errors import ConfigError
+from harness.sim.cost import SERVED_ROW_BYTES
+
+__all__ = [
+    "derived_kv_gib",
+    "mtp_kv_gib",
+    "policy_pools",
+    "served_bytes_scale",
+    "token_bytes",
+]
+
+
+def mtp_kv_gib(model: ModelSpec, dtype: str, kv_gib: float, spec: int, cf: Any, tp: int) -> float:
+    """The KV budget per GPU in the capacity model's block bytes, per MTP mode.
+
+    vLLM sizes the pool after loading the weights, the MTP module's among them (FP8, 1 B per
+    parameter, a 1/TP share per rank), and gives the MTP layer its own latent and indexer KV in
+    every block (one more sparse-MLA layer). `kv_gib` is the MTP server's budget (what a
+    calibration fits, and what its start-up log states): without MTP the module's weights are
+    free memory; with it, every block is one layer wider than the calculator's, so the same bytes
+    hold fewer calculator blocks.
+    """
+    if not spec:
+        return kv_gib + cf.mtp_params / tp / GIB
+    return kv_gib * _mtp_block_ratio(model, dtype)
+
+
+def _mtp_block_ratio(model: ModelSpec, dtype: str) -> float:
+    """Calculator bytes per token / the same with the MTP layer's latent and indexer rows."""
+    latent, indexer = token_bytes(model, dtype)
+    arch = model.architecture
+    per_token = arch.num_layers * latent + arch.indexer_full_layers * indexer
+    return per_token / (per_token + latent + indexer)
+
+
+def token_bytes(model: ModelSpec, dtype: str) -> tuple[int, int]:
+    """Latent and indexer bytes per token and layer of a KV layout (the capacity model's)."""
+    layout = model.layout(dtype)  # type: ignore[arg-type]  # dtype was checked against kv_layouts
+    latent, indexer = layout.latent_bytes_per_token_layer, layout.indexer_bytes_per_token_layer
+    if latent is None or indexer is None:
+        raise ConfigError(
+            f"{model.source_file}: kv_layouts.{dtype}: latent_bytes_per_token_layer and "
+            "indexer_bytes_per_token_layer are required by the simulator"
+        )
+    return latent, indexer
+
+
+def derived_kv_gib(dep: Any, runtime_gib: float, spec: int, cf: Any) -> float:
+    """The KV pool per GPU as vLLM sizes it at start-up, in the capacity model's block bytes.
+
+    vLLM (`v1/worker/gpu_worker.py` determine_available_memory) gives the KV cache what is left
+    of gpu-memory-utilization x HBM after the weights and the profile run's peak: the weights
+    (the capacity model's shared / TP + routed / expert shards), the MTP module's weights when
+    speculative decoding is on (FP8, a 1/TP share per rank), and `runtime_gib` (peak
+    activations of a max_num_batched_tokens forward, CUDA graphs, NCCL/cuBLAS buffers). The
+    indexer cache shares every block with the latent (the calculator's baseline block holds
+    both); with MTP every block also carries the MTP layer's latent and indexer rows
+    (mtp_kv_gib's ratio), so the same bytes hold fewer calculator blocks. The null block is
+    taken off the pool by the caller (docs/simulator.md §3).
+    """
+    free = dep.gpu_budget_gib - dep.weights_gib_per_gpu - runtime_gib
+    if spec:
+        free -= cf.mtp_params / dep.tp / GIB
+        free *= _mtp_block_ratio(dep.model, dep.kv_dtype)
+    return max(0.0, free)
+
+
+def served_bytes_scale(model: ModelSpec, dtype: str, spec: int) -> float:
+    """Bytes per token of an offloaded block as the server holds it / the calculator's.
+
+    The served latent row is the fp8_ds_mla row (SERVED_ROW_BYTES: 512 B latent, 16 B scales,
+    128 B BF16 RoPE) where the calculator counts 576 B; with MTP the MTP layer adds one latent
+    and one indexer row per token (docs/simulator.md §3). Only the FP8 layout has a served row
+    size; other layouts keep the calculator's bytes (1.0)."""
+    if dtype != "fp8":
+        return 1.0
+    latent, indexer = token_bytes(model, dtype)
+    arch = model.architecture
+    extra = 1 if spec else 0
+    served = (arch.num_layers + extra) * SERVED_ROW_BYTES + (
+        arch.indexer_full_layers + extra
+    ) * indexer
+    calc = arch.num_layers * latent + arch.indexer_full_layers * indexer
+    return served / calc
+
+
+def policy_pools(
+    dep: Any, rows: int, host_gib: float | None, cpu_bytes: int | None
+) -> tuple[str, int, dict[str, Any]]:
+    """Policy name, GPU pool units and policy sizes, all from the capacity model."""
+    model, tp = dep.model, dep.tp
+    lim = capacity_at(dep, model.block_tokens.baseline, rows)
+    layout = model.layout(dep.kv_dtype)
+    if host_gib is not None:
+        indexer_block = (
+            layout.indexer_bytes_per_token_layer
+            * model.architecture.indexer_full_layers
+            * model.block_tokens.gpu
+        )
+        return (
+            "hisparse",
+            lim.gpu_pool,
+            {
+                "latent_units": math.ceil(dep.host_block_bytes / dep.hisparse_block_bytes),
+                "indexer_units": model.indexer_pages_per_block,
+                "lease_units": lim.hot_per_request + lim.resident_per_request,
+                "host_blocks": math.floor(host_gib * GIB / dep.host_block_bytes),
+                "indexer_cpu_blocks": (cpu_bytes or 0) // tp // indexer_block,
+                "indexer_block_bytes": indexer_block,
+            },
+        )
+    if cpu_bytes is not None:
+        return (
+            "offload",
+            lim.baseline_pool,
+            {
+                "cpu_blocks": cpu_bytes // tp // dep.baseline_block_bytes,
+                "block_bytes": dep.baseline_block_bytes,
+            },
+        )
+    return "gpu", lim.baseline_pool, {}
