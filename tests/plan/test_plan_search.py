@@ -14,7 +14,7 @@ from harness.plan.explain import explain
 from harness.plan.inputs import PlanRequest, Workload
 from harness.plan.rank import ranked
 from harness.plan.resolve import build_request
-from harness.plan.search import SearchResult, qualifies, search
+from harness.plan.search import Entry, SearchResult, qualifies, search
 
 TINY = Workload(turns=2, context=2000)
 
@@ -37,6 +37,13 @@ def _request(**given: object) -> PlanRequest:
     return build_request(**options)
 
 
+def _metric(entry: Entry, name: str) -> float:
+    assert entry.outcome is not None
+    value = entry.outcome.metrics[name]
+    assert value is not None, (entry.config, name)
+    return value
+
+
 def _outcomes(result: SearchResult) -> dict[Config, dict]:
     return {e.config: e.outcome.to_json() for e in result.entries if e.outcome is not None}
 
@@ -46,21 +53,17 @@ def test_ranking_picks_the_best_configuration_that_meets_the_objectives() -> Non
     result = search(request, jobs=1)
     order = ranked(result)
     meeting = {
-        e.config: e.outcome.metrics["goodput_rps"]
+        e.config: _metric(e, "goodput_rps")
         for e in result.entries
-        if e.outcome is not None and e.outcome.metrics["slo_attainment"] >= 0.9
+        if _metric(e, "slo_attainment") >= 0.9
     }
     assert order[0].config == max(meeting, key=lambda c: (meeting[c], -c.max_num_seqs))
     # c4 without a cap runs more requests per second but misses TPOT 6 ms: not ranked
     uncapped = next(e for e in result.entries if e.config == Config("hisparse", 128, 256, 4))
-    assert uncapped.outcome is not None
-    assert (
-        uncapped.outcome.metrics["request_throughput"]
-        > order[0].outcome.metrics["request_throughput"]
-    )
+    assert _metric(uncapped, "request_throughput") > _metric(order[0], "request_throughput")
     assert not qualifies(uncapped.outcome, request)
     assert uncapped.config not in [e.config for e in order]
-    goodputs = [e.outcome.metrics["goodput_rps"] for e in order]
+    goodputs = [_metric(e, "goodput_rps") for e in order]
     assert goodputs == sorted(goodputs, reverse=True)
 
 
@@ -92,9 +95,10 @@ def test_pruning_skips_what_it_claims_and_never_changes_the_answer() -> None:
     assert pruned.counts["simulated_sweeps"] < full.counts["simulated_sweeps"]
     # the c1 rows of the pruned arm are its probe's own point, identical to the full sweep's
     for entry in pruned.entries:
+        full_outcome = by_config[entry.config].outcome
         if entry.source == "probe":
-            assert entry.outcome is not None and by_config[entry.config].outcome is not None
-            assert entry.outcome.to_json() == by_config[entry.config].outcome.to_json()
+            assert entry.outcome is not None and full_outcome is not None
+            assert entry.outcome.to_json() == full_outcome.to_json()
 
 
 def test_a_cache_hit_returns_identical_results_without_simulating(
@@ -148,6 +152,6 @@ def test_the_losing_arm_is_explained_with_the_search_numbers() -> None:
         for e in result.entries
         if e.config == Config("hisparse-nomtp", 128, 2, 1) and e.outcome is not None
     )
-    p90 = closest.outcome.metrics["p90_tpot_ms"]
+    p90 = _metric(closest, "p90_tpot_ms")
     assert line.startswith("hisparse-nomtp loses: no configuration meets tpot=6ms")
     assert f"TPOT p90 {p90:,.0f} ms > 6 ms" in line
