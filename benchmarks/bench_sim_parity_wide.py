@@ -69,7 +69,8 @@ def main() -> int:
                     opts.out,
                     f"p{pool}-r{rep}",
                     f"serve.num-gpu-blocks-override={pool}",
-                    "serve.max-model-len=2048",
+                    # the smallest pool's 16 blocks x 128 tokens, less vLLM's null block
+                    "serve.max-model-len=1920",
                     points,
                 )
                 sim = predict_run(base, real, Path(tmp) / f"p{pool}-r{rep}")
