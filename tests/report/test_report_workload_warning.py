@@ -28,7 +28,9 @@ def test_arms_that_differ_only_in_their_servers_are_comparable(tmp_path: Path) -
 
     hisparse = simulate("hisparse384", "h")
     offload = simulate("offload512", "o")
-    assert hisparse.manifest.configuration_key != offload.manifest.configuration_key  # the servers differ
+    assert (
+        hisparse.manifest.configuration_key != offload.manifest.configuration_key
+    )  # the servers differ
     assert run_workload_id(hisparse) == run_workload_id(offload)
     assert WARNING not in render_report([hisparse, offload])
 

@@ -50,7 +50,9 @@ def test_pauses_of_zero_reproduce_the_run_without_think_time(small, tmp_path):
 def test_each_turn_is_sent_its_pause_after_the_previous_reply(small, tmp_path):
     run_dir = simulate(small, tmp_path, "paused", "sweep.think_time={kind: fixed, seconds: 7}")
     plain = simulate(small, tmp_path, "plain2")
-    assert load_run(run_dir).manifest.configuration_key != load_run(plain).manifest.configuration_key
+    assert (
+        load_run(run_dir).manifest.configuration_key != load_run(plain).manifest.configuration_key
+    )
     table = read_table(run_dir / "points" / "p001-n0002-r0" / "requests.parquet")
     assert len(table) == 2 * 3
     later = table[table["turn"] > 1]
