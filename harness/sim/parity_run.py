@@ -29,7 +29,7 @@ from harness.results import (
 )
 from harness.sim.client import PointClient, Workload
 from harness.sim.parity import CpuCost, CpuSetup, cpu_serve, fit_cpu_cost, recorded_workload
-from harness.sim.run import _record, simulated_manifest, write_simulated_run
+from harness.sim.run import _record, measurement, simulated_manifest, write_simulated_run
 
 # Targets of issue 12 (item 5): occupancy within 15 %; preemptions and waiting of the same order.
 OCCUPANCY_TOLERANCE = 0.15
@@ -77,7 +77,8 @@ def simulate_like(
             setup.max_model_len,
         )
         res = engine.run_point(client, float(sweep["scrape_interval_s"]))
-        out.append((_record(plan, client, res, turns, 1), res.samples))
+        measured = measurement(client, res, parallel=plan.parallel)
+        out.append((_record(plan, measured, res, turns, 1), res.samples))
         engine.now += float(sweep.get("sleep_between_points_s", 0.0))
     return (man, setup, workload), out
 
@@ -163,7 +164,13 @@ def static_limit(sim_manifest: RunManifest) -> int | None:
     setup = (sim_manifest.build or {}).get("setup") or {}
     pool, bt = setup.get("pool_units"), setup.get("block_tokens")
     seq, seqs = setup.get("longest_request_tokens"), setup.get("max_num_seqs")
-    if not all(isinstance(x, int) and x > 0 for x in (pool, bt, seq, seqs)):
+    if not (
+        isinstance(pool, int)
+        and isinstance(bt, int)
+        and isinstance(seq, int)
+        and isinstance(seqs, int)
+        and min(pool, bt, seq, seqs) > 0
+    ):
         return None
     return min(seqs, pool // -(-seq // bt))
 
