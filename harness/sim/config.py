@@ -32,7 +32,13 @@ from harness.sim.pool import (
     token_bytes,
 )
 from harness.sim.scheduler import Scheduler
-from harness.sim.startup import EngineRefused, check_host_pool, check_kv_pool, kv_pool
+from harness.sim.startup import (
+    EngineRefused,
+    admission_window_blocks,
+    check_host_pool,
+    check_kv_pool,
+    kv_pool,
+)
 
 CALIBRATION_SCHEMA = "repro.sim-calibration/1"
 MODELLED = {
@@ -224,8 +230,13 @@ class SimSetup:
             args["store_every_step"] = v032
         if self.policy == "hisparse":
             args["lazy_unpin"] = v032
-            window = min(self.max_num_batched_tokens, self.max_model_len)
-            args["window_blocks"] = -(-window // block_tokens)
+            args["window_blocks"] = admission_window_blocks(
+                "hisparse",
+                "vllm-0.32",
+                self.max_num_batched_tokens,
+                self.max_model_len,
+                block_tokens,
+            )
         if self.policy == "offload":
             pol = Offload(
                 self.pool_units,
@@ -397,8 +408,12 @@ def setup_from_profile(
     roof.spec_tokens = spec
     _apply_params(roof, fitted)
     max_len = _int(where, "serve.max-model-len", serve.get("max-model-len", 142000))
+    residency = residency or (calibration.residency if calibration else "constant-miss")
+    batched = _int(where, "serve.max-num-batched-tokens", serve.get("max-num-batched-tokens", 8192))
+    window = admission_window_blocks(policy, residency, batched, max_len, model.block_tokens.gpu)
+    overridden = "num-gpu-blocks-override" in serve
     kv_check = _refuse_like_vllm(
-        where, policy, pool, dep, policy_args, max_len, "num-gpu-blocks-override" in serve, roof
+        where, policy, pool, dep, policy_args, max_len, overridden, roof, window
     )
     facts = {
         "kv_gib_per_gpu": dep.kv_gib_per_gpu,
@@ -419,9 +434,7 @@ def setup_from_profile(
         policy=policy,
         pool_units=pool,
         max_num_seqs=max_seqs,
-        max_num_batched_tokens=_int(
-            where, "serve.max-num-batched-tokens", serve.get("max-num-batched-tokens", 8192)
-        ),
+        max_num_batched_tokens=batched,
         max_model_len=max_len,
         prefix_caching=bool(serve.get("enable-prefix-caching", True)),
         spec_tokens=spec,
@@ -430,7 +443,7 @@ def setup_from_profile(
         served_model_name=profile.served_model_name,
         facts=facts,
         interval_sigma=_interval_sigma(calibration, profile.name),
-        residency=residency or (calibration.residency if calibration else "constant-miss"),
+        residency=residency,
     )
 
 
@@ -485,11 +498,13 @@ def _refuse_like_vllm(
     max_len: int,
     overridden: bool,
     roof: Roofline,
+    window_blocks: int | None,
 ) -> dict[str, float]:
     """vLLM's start-up checks on the simulated pools (harness.sim.startup): the error names
     the profile, then carries vLLM's own message."""
     try:
-        facts = check_kv_pool(kv_pool(policy, pool, dep, args, overridden), max_len)
+        pool_need = kv_pool(policy, pool, dep, args, overridden, window_blocks)
+        facts = check_kv_pool(pool_need, max_len)
         if policy == "hisparse":
             host = int(args["host_blocks"] / roof.host_bytes_scale)
             check_host_pool(host, dep.host_block_tokens, max_len)

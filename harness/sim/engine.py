@@ -57,6 +57,7 @@ class Engine:
         self.miss_rate = float(getattr(cost, "miss_rate", 0.0))
         self.hisparse_rows = 0.0
         self.hisparse_misses = 0.0
+        self.hisparse_staged = 0.0  # history rows prefills staged from the host
         self.rid_next = 0
         self.frontend_s_per_token = float(getattr(cost, "frontend_us_per_token", 0.0)) * 1e-6
         self.pending: list[tuple[float, int, Request]] = []  # (enters the engine, rid, req)
@@ -103,6 +104,7 @@ class Engine:
             if stats.hot_rows:
                 self.hisparse_rows += stats.hot_rows
                 self.hisparse_misses += stats.offloaded_rows * self.miss_rate
+            self.hisparse_staged += stats.staged_rows
             self.now = end
             steps += 1
             if steps > max_steps:
@@ -161,7 +163,10 @@ class Engine:
             misses = round(self.hisparse_misses)
             out[mn.total(mn.HISPARSE_CACHE_HITS)] = round(self.hisparse_rows) - misses
             out[mn.total(mn.HISPARSE_CACHE_MISSES)] = misses
-            out[mn.total(mn.HISPARSE_HOST_TO_DEVICE_BYTES)] = misses * self.row_bytes
+            # Both cross PCIe host to device: decode's top-K misses and the rows a prefill
+            # stages because the pool reused their pages (a session back from a pause).
+            staged = round(self.hisparse_staged)
+            out[mn.total(mn.HISPARSE_HOST_TO_DEVICE_BYTES)] = (misses + staged) * self.row_bytes
         return out
 
     def _scrape(self, t: float) -> list[Sample]:

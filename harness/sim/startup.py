@@ -56,16 +56,29 @@ class KvPool:
 
 
 def kv_pool(
-    policy: str, pool_units: int, dep: Deployment, args: dict[str, Any], overridden: bool
+    policy: str,
+    pool_units: int,
+    dep: Deployment,
+    args: dict[str, Any],
+    overridden: bool,
+    window_blocks: int | None = None,
 ) -> KvPool:
-    """The simulated pool and per-request need, in the units the policy allocates."""
+    """The simulated pool and per-request need, in the units the policy allocates.
+
+    `window_blocks`: HiSparse's resident admission window under the vLLM 0.32 residency. One
+    request then needs the window's resident pages at admission, and later its indexer pages
+    plus a hot region; a pool smaller than either can never run it, so the engine refuses to
+    start instead of waiting forever."""
     if policy == "hisparse":
         unit, tokens = dep.hisparse_block_bytes, dep.gpu_block_tokens
         resident = args["latent_units"] + args["indexer_units"]
 
         def need(n: int) -> int:  # as HiSparse.admission_units with no prefix hit
             blocks = -(-n // tokens)
-            return min(blocks * resident, blocks * args["indexer_units"] + args["lease_units"])
+            host_resident = blocks * args["indexer_units"] + args["lease_units"]
+            if window_blocks is not None:
+                return max(min(blocks, window_blocks) * resident, host_resident)
+            return min(blocks * resident, host_resident)
 
     else:
         unit, tokens = dep.baseline_block_bytes, dep.baseline_block_tokens
@@ -75,6 +88,17 @@ def kv_pool(
 
     available = pool_units * unit if overridden else int(dep.kv_gib_per_gpu * GIB)
     return KvPool(available, unit, need)
+
+
+def admission_window_blocks(
+    policy: str, residency: str, batched_tokens: int, max_len: int, block_tokens: int
+) -> int | None:
+    """HiSparse under the vLLM 0.32 residency: the resident pages admission reserves for a
+    request, its in-flight window in GPU blocks (cdiv(min(batched tokens, max len), block));
+    None where admission has no window."""
+    if policy != "hisparse" or residency != "vllm-0.32":
+        return None
+    return -(-min(batched_tokens, max_len) // block_tokens)
 
 
 def estimate_max_model_len(pool: KvPool, check_bytes: int, max_model_len: int) -> int:

@@ -13,8 +13,11 @@ conversation 1's). Its turn 2 then finds 472 - 361 = 111 blocks on the GPU and l
 361 from the CPU pool: 361 x the policy's bytes per block (3,930,244 B with the committed
 calibration) = 1,418,818,084 B, the point's whole `offload_load_gib`. Without the pause the same
 sweep loads nothing, and the turn's TTFT grows by the copy time (bytes / PCIe bytes per second).
-HiSparse: the same turn comes back host-resident (its latent history is read from the host as
-top-K misses), so the point's host-to-device traffic goes from 0 to > 0 and the turn is slower.
+HiSparse (vLLM 0.32 residency, 20,000 pages: two conversations fit, three do not): conversation 2
+runs during the pause and the pool reuses conversation 0's released pages; its turn 2 stages the
+reused rows from the host before its prefill (only the missing rows), so the point's
+host-to-device bytes go from 0 to > 1 GiB and its later turns are slower. Without the pause the
+two running conversations fit and nothing is staged.
 """
 
 from __future__ import annotations
