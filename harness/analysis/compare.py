@@ -155,13 +155,13 @@ def curve_values(run: Run) -> dict[str, float | None]:
 
     def pairs(x: str, y: str) -> list[tuple[float, float]]:
         return [
-            (p.values[x], p.values[y])
+            (vx, vy)
             for p in points
-            if p.values.get(x) is not None and p.values.get(y) is not None
+            if (vx := p.values.get(x)) is not None and (vy := p.values.get(y)) is not None
         ]
 
     def best(key: str) -> float | None:
-        values = [p.values[key] for p in points if p.values.get(key) is not None]
+        values = [v for p in points if (v := p.values.get(key)) is not None]
         return max(values) if values else None
 
     return {

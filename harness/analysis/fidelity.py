@@ -53,7 +53,7 @@ def check_fidelity(
     for items in turns.values():
         items.sort(key=lambda item: item[0])
         for (t0, p0, c0), (t1, p1, _) in itertools.pairwise(items):
-            if t1 != t0 + 1 or None in (p0, c0, p1):
+            if t1 != t0 + 1 or p0 is None or c0 is None or p1 is None:
                 continue
             residual = p1 - p0 - c0
             residuals.append(residual)

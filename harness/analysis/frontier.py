@@ -44,6 +44,16 @@ def _usable(x: float | None, y: float | None) -> bool:
     return x is not None and y is not None and math.isfinite(x) and math.isfinite(y)
 
 
+def _usable_pairs(
+    points: Sequence[tuple[float | None, float | None]],
+) -> list[tuple[float, float] | None]:
+    """Each (x, y) as floats, or None where either is missing or not finite."""
+    return [
+        (float(x), float(y)) if x is not None and y is not None and _usable(x, y) else None
+        for x, y in points
+    ]
+
+
 def dominates(q: tuple[float, float], p: tuple[float, float]) -> bool:
     """True when q is at least as good as p on both axes and strictly better on one."""
     return q[0] >= p[0] and q[1] >= p[1] and (q[0] > p[0] or q[1] > p[1])
@@ -51,7 +61,7 @@ def dominates(q: tuple[float, float], p: tuple[float, float]) -> bool:
 
 def frontier_mask(points: Sequence[tuple[float | None, float | None]]) -> list[bool]:
     """For each (x, y), whether it is on the Pareto frontier of the series (see module doc)."""
-    usable = [(float(x), float(y)) if _usable(x, y) else None for x, y in points]
+    usable = _usable_pairs(points)
     mask: list[bool] = []
     for i, p in enumerate(usable):
         if p is None:
@@ -68,11 +78,10 @@ def frontier_path(points: Sequence[tuple[float | None, float | None]]) -> list[i
 
     Duplicates are kept once (the first index), so the line does not double back.
     """
-    mask = frontier_mask(points)
+    usable = _usable_pairs(points)
     chosen: dict[tuple[float, float], int] = {}
-    for i, on in enumerate(mask):
-        if on:
-            key = (float(points[i][0]), float(points[i][1]))  # type: ignore[arg-type]
+    for i, on in enumerate(frontier_mask(points)):
+        if on and (key := usable[i]) is not None:
             chosen.setdefault(key, i)
     return [chosen[key] for key in sorted(chosen, key=lambda k: (k[0], -k[1]))]
 

@@ -36,7 +36,7 @@ def _record_key(record: PointRecord) -> Key:
 
 def group_by_point(
     items: Iterable[T],
-    key: Callable[[T], Key] = _record_key,  # type: ignore[assignment]
+    key: Callable[[T], Key] = _record_key,  # type: ignore[assignment]  # the default is for T = PointRecord; mypy cannot bind a default to T
 ) -> dict[Key, list[T]]:
     """Items (point records by default) grouped by (parallel, number), keys in sorted order."""
     groups: dict[Key, list[T]] = {}
@@ -145,7 +145,7 @@ def repeat_aggregates(points: Sequence[PointRecord]) -> list[dict[str, Any]]:
             "valid_repeats": len(valid),
         }
         for key in METRICS:
-            values = [p.metrics[key] for p in valid if p.metrics.get(key) is not None]
+            values = [v for p in valid if (v := p.metrics.get(key)) is not None]
             if values:
                 med, low, high = median_ci(values)
                 row[key], row[f"{key}_ci_low"], row[f"{key}_ci_high"] = med, low, high
@@ -169,7 +169,7 @@ class PointValues:
     invalid: list[str] = field(default_factory=list)  # reasons of invalid repeats
 
     def values(self, metric: str) -> list[float]:
-        return [float(r[metric]) for r in self.repeats if r.get(metric) is not None]
+        return [float(v) for r in self.repeats if (v := r.get(metric)) is not None]
 
     def median(self, metric: str) -> float | None:
         values = self.values(metric)

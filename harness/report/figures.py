@@ -84,15 +84,17 @@ def _merged_labels(
     out = [""] * len(labels)
     taken = [False] * len(labels)
     for i in range(len(labels)):
-        if taken[i] or xs[i] is None or ys[i] is None:
+        xi, yi = xs[i], ys[i]
+        if taken[i] or xi is None or yi is None:
             continue
         cluster = [i]
         for j in range(i + 1, len(labels)):
-            if taken[j] or xs[j] is None or ys[j] is None:
+            xj, yj = xs[j], ys[j]
+            if taken[j] or xj is None or yj is None:
                 continue
             if (
-                abs(xs[j] - xs[i]) <= LABEL_MERGE_FRACTION * span_x
-                and abs(ys[j] - ys[i]) <= LABEL_MERGE_FRACTION * span_y
+                abs(xj - xi) <= LABEL_MERGE_FRACTION * span_x
+                and abs(yj - yi) <= LABEL_MERGE_FRACTION * span_y
             ):
                 cluster.append(j)
         for j in cluster:
