@@ -138,7 +138,7 @@ class GpuPool:
         if cache_units > units:
             raise ValueError(f"caching {cache_units} units of a release of {units}")
         self.free += units - cache_units
-        if cache_units:
+        if cache_units and conv is not None:  # cache_units is 0 without a conversation
             old = self.cached.pop(conv, None)
             if old is not None:  # a stale shorter copy: drop it
                 self.cached_units -= old.blocks * old.units_per_block

@@ -67,7 +67,7 @@ def simulate_like(
     )
     out = []
     for plan in planned:
-        engine.overhead_s = cost.overhead_at(plan.parallel)  # type: ignore[attr-defined]
+        engine.overhead_s = cost.overhead_at(plan.parallel)  # type: ignore[attr-defined]  # the CPU parity setup builds a parity engine, which has it
         client = PointClient(
             workload,
             plan.conversations,

@@ -151,7 +151,7 @@ class Scheduler:
         c.external_hits += hit.external_blocks * bt
         req.computed = (hit.gpu_blocks + hit.external_blocks) * bt
         if hit.load_bytes:
-            req.load_until = policy.h2d.transfer(now, hit.load_bytes)  # type: ignore[attr-defined]
+            req.load_until = policy.h2d.transfer(now, hit.load_bytes)  # type: ignore[attr-defined]  # only offloading policies load bytes; they all have h2d
             return "loading" if req.load_until > now else "ready"
         return "ready"
 

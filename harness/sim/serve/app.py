@@ -281,7 +281,7 @@ class Routes:
                 await resp.write("".join(f"data: {json.dumps(f)}\n\n" for f in frames).encode())
                 if truncate and sent * 2 >= handle.req.max_out:
                     self.s.live.abort(handle)
-                    request.transport.close()  # type: ignore[union-attr]
+                    request.transport.close()  # type: ignore[union-attr]  # a request being answered has its transport
                     return resp
             self._finish(handle, ids, texts)
             tail = ""

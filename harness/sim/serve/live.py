@@ -124,7 +124,7 @@ class LiveEngine:
             n = whole(req)
             return n if limit is None else min(n, limit)
 
-        policy.max_hit_blocks = capped  # type: ignore[method-assign]
+        policy.max_hit_blocks = capped  # type: ignore[method-assign]  # the live server caps hits at each request's own prefix match
 
     # ------------------------------------------------------------------ clock
     def virtual_now(self) -> float:
@@ -159,7 +159,7 @@ class LiveEngine:
             rid = self._rid
             self._rid += 1
             req = Request(rid, conv, 1, prompt.tokens, max_tokens, 0.0)
-            req.match_blocks = matched  # type: ignore[attr-defined]
+            req.match_blocks = matched  # type: ignore[attr-defined]  # read back (getattr) by the capped max_hit_blocks above
             handle = Handle(req, prompt, sink, key=key, turn=turn)
             self._inbox.append(handle)
             self._wake.notify()

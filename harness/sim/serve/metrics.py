@@ -58,9 +58,9 @@ class _EngineCollector(Collector):
             family.add_metric(self.values, float(value))
             yield family
         for name, value in counters.items():
-            family = CounterMetricFamily(name.removesuffix("_total"), name, labels=LABELS)
-            family.add_metric(self.values, float(value))
-            yield family
+            counter = CounterMetricFamily(name.removesuffix("_total"), name, labels=LABELS)
+            counter.add_metric(self.values, float(value))
+            yield counter
         info = GaugeMetricFamily(
             mn.CACHE_CONFIG_INFO,
             "Information of the LLMEngine CacheConfig",
@@ -68,13 +68,13 @@ class _EngineCollector(Collector):
         )
         info.add_metric(list(self.extra.values()), 1.0)
         yield info
-        family = CounterMetricFamily(
+        lagged = CounterMetricFamily(
             "repro:sim_lag_seconds",
             "Virtual seconds the simulated engine fell behind the wall clock x time scale",
             labels=LABELS,
         )
-        family.add_metric(self.values, lag)
-        yield family
+        lagged.add_metric(self.values, lag)
+        yield lagged
 
 
 class SimMetrics:

@@ -53,6 +53,7 @@ class DaemonPool:
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
             loop, future, fn, args = job
+            outcome: tuple[Any, BaseException | None]
             try:
                 outcome = (fn(*args), None)
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
