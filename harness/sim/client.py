@@ -62,6 +62,7 @@ class Turn:
     ttft: float | None = None
     decode_steps: int = 0
     client_cached: int = 0  # EvalScope's client-side cache estimate: P_{t-1} + reply
+    server_cached: int | None = None  # the engine's prefix hit (GPU + host) at admission
     think: float = 0.0  # the pause before this turn (virtual seconds)
 
 
@@ -126,6 +127,7 @@ class PointClient:
         rec.end, rec.success, rec.out = now, True, req.out
         rec.ttft = (req.first_token_at or now) - rec.start
         rec.decode_steps = req.decode_steps
+        rec.server_cached = req.cached_at_start
         if req.turn < self.turns:
             nxt = self._turn(req.conv, req.turn + 1, now)
             if nxt is not None:

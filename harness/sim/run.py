@@ -179,6 +179,7 @@ def request_records(records: list[Turn]) -> tuple[RequestRecord, ...]:
                 ttft=r.ttft,
                 itl=(decode / steps,) * steps if steps else (),
                 think=r.think,
+                server_cached=r.server_cached,
                 error=None if r.success else ABANDONED,
             )
         )
