@@ -184,7 +184,8 @@ ROWS = [
 
 
 def _write_calibration(path: Path) -> None:
-    calibrate.write_calibration(path, {"prefill_eff": 0.2}, ROWS, 3)
+    # no gradients: the intervals' sensitivity sweeps (16 s) are not what these tests are about
+    calibrate.write_calibration(path, {"prefill_eff": 0.2}, ROWS, 3, grads={})
 
 
 def _write_k8s(path: Path) -> None:
