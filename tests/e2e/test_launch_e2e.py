@@ -17,11 +17,18 @@ from pathlib import Path
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
+from support.counters import (
+    GENERATION_TOTAL,
+    counter_total,
+    finished_requests,
+    wait_for_generated,
+)
 
 from harness.errors import ServerError
 from harness.serve.profiles import load_profile
 from harness.serve.server import VllmServer, free_port, group_and_descendants, port_is_free
 
+MAX_TOKENS = 4000  # all of cpu-tiny's 4,096-token context after the prompt
 FAST = ("serve.enforce-eager=true",)  # skip torch.compile: ~27 s starts for lifecycle tests
 
 
@@ -142,14 +149,14 @@ def test_server_killed_mid_request_is_reported(cpu_build, tmp_path: Path) -> Non
         profile, log_path=tmp_path / "killed.log", port=free_port(), build=cpu_build
     )
     errors: list[BaseException] = []
-    first_chunk, done = threading.Event(), threading.Event()
+    done = threading.Event()
 
     def long_request() -> None:
         body = {
             "model": "tiny",
             "stream": True,
             "ignore_eos": True,
-            "max_tokens": 3000,
+            "max_tokens": MAX_TOKENS,
             "messages": [{"role": "user", "content": "hi"}],
         }
         try:
@@ -157,7 +164,6 @@ def test_server_killed_mid_request_is_reported(cpu_build, tmp_path: Path) -> Non
                 f"{server.base_url}/v1/chat/completions", json=body, stream=True, timeout=180
             ) as response:
                 for line in response.iter_lines():
-                    first_chunk.set()
                     if line.strip() == b"data: [DONE]":
                         done.set()
         # Any exception: how a broken stream surfaces depends on where the kill finds the
@@ -168,9 +174,17 @@ def test_server_killed_mid_request_is_reported(cpu_build, tmp_path: Path) -> Non
 
     with server:
         group = group_and_descendants(server.pid, server.pid)
+        # the server's own warm-up requests come before this one
+        finished_before = finished_requests(server.base_url)
+        generated_before = counter_total(server.base_url, GENERATION_TOTAL) or 0.0
         client = threading.Thread(target=long_request)
         client.start()
-        assert first_chunk.wait(180), "request never started streaming"
+        # The kill is triggered by the server's own count of generated tokens, not by the
+        # client's first line: under load a starved client thread read its first line after
+        # the whole 3,000-token stream sat in the socket buffers, and saw [DONE].
+        generated = wait_for_generated(server.base_url, at_least=generated_before + 16)
+        finished = finished_requests(server.base_url)
+        assert finished == finished_before and generated - generated_before < MAX_TOKENS / 2
         os.kill(server.pid, signal.SIGKILL)  # the API server dies with a request in flight
         client.join(180)
         assert not client.is_alive()

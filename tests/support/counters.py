@@ -10,10 +10,11 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 SUCCESS_TOTAL = "vllm:request_success_total"
+GENERATION_TOTAL = "vllm:generation_tokens_total"
 
 
-def finished_requests(base_url: str) -> float | None:
-    """vllm:request_success_total summed over its labels, or None if /metrics did not answer."""
+def counter_total(base_url: str, name: str) -> float | None:
+    """A counter summed over its labels, or None if /metrics did not answer."""
     try:
         text = requests.get(f"{base_url}/metrics", timeout=5).text
     except requests.RequestException:
@@ -22,8 +23,24 @@ def finished_requests(base_url: str) -> float | None:
         sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
-        if sample.name == SUCCESS_TOTAL
+        if sample.name == name
     )
+
+
+def finished_requests(base_url: str) -> float | None:
+    """vllm:request_success_total summed over its labels, or None if /metrics did not answer."""
+    return counter_total(base_url, SUCCESS_TOTAL)
+
+
+def wait_for_generated(base_url: str, at_least: float, timeout_s: float = 180) -> float:
+    """Poll until the server has generated at least `at_least` tokens; the count seen."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        tokens = counter_total(base_url, GENERATION_TOTAL)
+        if tokens is not None and tokens >= at_least:
+            return tokens
+        time.sleep(0.02)
+    raise AssertionError(f"{base_url}: fewer than {at_least} tokens generated in {timeout_s} s")
 
 
 def wait_for_finished(base_url: str, at_least: float, timeout_s: float = 900) -> float:
