@@ -106,7 +106,7 @@ def plan(
     (docs/plan.md). Progress goes to stderr.
     """
     from harness.errors import ConfigError
-    from harness.plan.inputs import Workload
+    from harness.plan.inputs import TrafficShape
     from harness.plan.render import plan_record, render_text
     from harness.plan.resolve import build_request
     from harness.plan.search import search
@@ -116,7 +116,7 @@ def plan(
             model=model,
             gpu=gpu,
             tp=tp,
-            workload=Workload(turns, context, turn_tokens, output_tokens),
+            traffic=TrafficShape(turns, context, turn_tokens, output_tokens),
             think_time=think_time,
             slo=slo,
             min_attainment=min_attainment,

@@ -104,7 +104,7 @@ def _file_digest(path: str) -> str:
 
 
 def sweep_overrides(request: PlanRequest, chain: tuple[int, ...]) -> list[str]:
-    w = request.workload
+    w = request.traffic
     think = json.dumps(w.think.model_dump(mode="json", exclude_none=True))
     points = json.dumps([[c, w.conversations(c)] for c in chain])
     return [
@@ -124,9 +124,9 @@ def cache_key(request: PlanRequest, unit: Config, chain: tuple[int, ...]) -> str
         + sweep_overrides(request, chain),
         "gpu": request.gpu,
         "calibration": _file_digest(str(request.calibration)) if request.calibration else None,
-        "workload": request.workload.to_json(),
+        "workload": request.traffic.to_json(),
     }
-    think = request.workload.think
+    think = request.traffic.think
     if think.kind == "file" and think.path:  # the pauses are the file's contents, not its name
         material["think_file"] = _file_digest(think.path)
     text = json.dumps(material, sort_keys=True, separators=(",", ":"))
@@ -187,7 +187,7 @@ def simulate(request: PlanRequest, unit: Config, chain: tuple[int, ...]) -> list
         prof, setup = simulator_setup(request, unit, chain)
     except EngineRefused as exc:
         return [Outcome("refused", reason=exc.reason) for _ in chain]
-    w = request.workload
+    w = request.traffic
     shape = shaped_workload(
         number=max(128, max(w.conversations(c) for c in chain)),
         num_turns=w.turns,

@@ -32,8 +32,9 @@ MAX_GRID = 5000
 
 
 @dataclass(frozen=True)
-class Workload:
-    """The blog's shape, parameterised: turn 1 is `context` tokens, each later turn adds
+class TrafficShape:
+    """The traffic a candidate configuration must serve (the planner's input): the blog's
+    shape, parameterised: turn 1 is `context` tokens, each later turn adds
     `turn_tokens` user tokens and the previous `output_tokens` reply (docs/recipe.md §6.8)."""
 
     turns: int = BLOG_TURNS
@@ -73,7 +74,7 @@ class PlanRequest:
     model_id: str  # the hub id a profile serves
     gpu: str
     tp: int
-    workload: Workload
+    traffic: TrafficShape
     objectives: Objectives
     min_attainment: float
     arms: tuple[str, ...]
@@ -141,34 +142,34 @@ def parse_think_time(text: str | None, base_dir: Path | None = None) -> ThinkTim
     return model
 
 
-def check_think_time(think: ThinkTime, workload: Workload, concurrency: tuple[int, ...]) -> None:
+def check_think_time(think: ThinkTime, traffic: TrafficShape, concurrency: tuple[int, ...]) -> None:
     """Draw every pause a point of the grid needs: a model it cannot draw (a file too short,
     unreadable) is refused now, not in the middle of the search."""
     if not think.active:
         return
     try:
         table = PauseTable(think)
-        for conv in range(max(workload.conversations(c) for c in concurrency)):
-            for turn in range(2, workload.turns + 1):
+        for conv in range(max(traffic.conversations(c) for c in concurrency)):
+            for turn in range(2, traffic.turns + 1):
                 table.pause(conv, turn)
     except ConfigError as exc:
         raise ConfigError(f"--think-time: {exc}") from None
 
 
-def check_workload(workload: Workload, max_model_len: int) -> None:
+def check_traffic(traffic: TrafficShape, max_model_len: int) -> None:
     for option, value in (
-        ("--turns", workload.turns),
-        ("--context", workload.context),
-        ("--turn-tokens", workload.turn_tokens),
-        ("--output-tokens", workload.output_tokens),
+        ("--turns", traffic.turns),
+        ("--context", traffic.context),
+        ("--turn-tokens", traffic.turn_tokens),
+        ("--output-tokens", traffic.output_tokens),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{option} {value!r}: must be an integer >= 1")
-    if workload.longest > max_model_len:
+    if traffic.longest > max_model_len:
         raise ConfigError(
-            f"--context {workload.context}: the last turn needs {workload.longest:,} tokens "
-            f"(context + {workload.turns - 1} x ({workload.turn_tokens} + "
-            f"{workload.output_tokens}) + {workload.output_tokens}), beyond the served "
+            f"--context {traffic.context}: the last turn needs {traffic.longest:,} tokens "
+            f"(context + {traffic.turns - 1} x ({traffic.turn_tokens} + "
+            f"{traffic.output_tokens}) + {traffic.output_tokens}), beyond the served "
             f"max-model-len {max_model_len:,}; vLLM answers such a request 400 and the "
             "simulator abandons the conversation, so no configuration can serve this workload"
         )

@@ -49,7 +49,7 @@ def capacity_figure(request: PlanRequest, arm: str, pool_gib: float, mns: int) -
         spec_tokens=spec_tokens(arm) if hisparse else None,
         host_pool_gib=pool_gib if hisparse else None,
     )
-    seq = request.workload.longest
+    seq = request.traffic.longest
     result = evaluate(dep, seq)
     if not hisparse:
         limiter = "GPU-resident KV" if result.baseline_requests < mns else "max-num-seqs"

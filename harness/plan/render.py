@@ -98,7 +98,7 @@ def plan_record(result: SearchResult) -> PlanRecord:
             "gpu": r.gpu,
             "tp": r.tp,
             "gpus": r.gpus,
-            "workload": r.workload.to_json(),
+            "workload": r.traffic.to_json(),
             "objectives": r.objectives.text(),
             "min_attainment": r.min_attainment,
             "grid": {

@@ -16,10 +16,10 @@ from harness.plan.inputs import (
     DEFAULT_POOLS_GIB,
     GPUS,
     PlanRequest,
-    Workload,
+    TrafficShape,
     check_grid,
     check_think_time,
-    check_workload,
+    check_traffic,
     parse_list,
     parse_think_time,
     served_max_model_len,
@@ -36,7 +36,7 @@ def build_request(
     model: str = "glm-5.3",
     gpu: str = "h200",
     tp: int | None = None,
-    workload: Workload | None = None,
+    traffic: TrafficShape | None = None,
     think_time: str | None = None,
     slo: str | None = None,
     min_attainment: float = 0.9,
@@ -58,10 +58,10 @@ def build_request(
     profile_tp = {int(base_serve(ARMS[a].profile)["tensor-parallel-size"]) for a in arm_names}
     tp = _tp(spec, gpu, tp if tp is not None else max(profile_tp))
     max_len = served_max_model_len(arm_names)
-    shape = workload or Workload()
-    check_workload(shape, max_len)
+    shape = traffic or TrafficShape()
+    check_traffic(shape, max_len)
     think = parse_think_time(think_time, base_dir)
-    shape = Workload(shape.turns, shape.context, shape.turn_tokens, shape.output_tokens, think)
+    shape = TrafficShape(shape.turns, shape.context, shape.turn_tokens, shape.output_tokens, think)
     check_think_time(think, shape, conc)
     if slo is None:
         raise ConfigError("--slo: required (goodput counts requests meeting it, e.g. tpot=70ms)")
@@ -76,7 +76,7 @@ def build_request(
         model_id=spec.hub_ids[0] if spec.hub_ids else spec.name,
         gpu=gpu,
         tp=tp,
-        workload=shape,
+        traffic=shape,
         objectives=objectives,
         min_attainment=min_attainment,
         arms=arm_names,

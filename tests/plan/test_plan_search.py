@@ -11,12 +11,12 @@ import pytest
 from harness.plan import evaluate as evaluate_module
 from harness.plan.arms import Config
 from harness.plan.explain import explain
-from harness.plan.inputs import PlanRequest, Workload
+from harness.plan.inputs import PlanRequest, TrafficShape
 from harness.plan.rank import ranked
 from harness.plan.resolve import build_request
 from harness.plan.search import Entry, SearchResult, qualifies, search
 
-TINY = Workload(turns=2, context=2000)
+TINY = TrafficShape(turns=2, context=2000)
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +26,7 @@ def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _request(**given: object) -> PlanRequest:
     options: dict = {
-        "workload": TINY,
+        "traffic": TINY,
         "slo": "tpot=6ms",
         "arms": "hisparse",
         "pools": "128",
