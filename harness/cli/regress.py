@@ -66,7 +66,7 @@ def _write_markdown(path: Path | None, text: str) -> None:
 )
 @path_option(
     "--policy",
-    help="Policy file (default: launch/policies/cpu.yaml for CPU profiles, default.yaml for GPU arms).",
+    help="Regression policy file (default: launch/policies/cpu.yaml for CPU profiles, default.yaml for GPU arms).",
 )
 @_DB
 @flag("--json", "as_json", help="Print the verdict as JSON.")
@@ -315,7 +315,8 @@ _SIM_ONLY = ("calibration", "dataset", "accepted", "accept", "reason")
 )
 @_CLAIMS
 @path_option(
-    "--policy", help="Policy file (default: launch/policies/cpu.yaml or default.yaml per arm)."
+    "--policy",
+    help="Regression policy file (default: launch/policies/cpu.yaml or default.yaml per arm).",
 )
 @path_option("--out", help="Parent of the run directories.")
 @path_option(

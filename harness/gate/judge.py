@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.errors import ReproError
 from harness.gate.history import History, history_key
-from harness.gate.policy import choose_policy
+from harness.gate.policy import choose_regression_policy
 from harness.gate.regress import IncomparableError, Verdict, evaluate, view_from_run
 from harness.results import load_run
 
@@ -24,7 +24,7 @@ def regress(
     """`repro regress`: against a baseline run, or the history (``history_key`` or, if neither
     is given, the candidate's own key: ``auto``)."""
     candidate = load_run(candidate_dir)
-    policy = choose_policy(candidate, policy_path)
+    policy = choose_regression_policy(candidate, policy_path)
     cand_view = view_from_run(candidate)
     if baseline_dir is not None:
         if history_key is not None:

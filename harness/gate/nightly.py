@@ -44,7 +44,7 @@ from harness.errors import ReproError, RunError
 from harness.gate.claims import ClaimResult, claims_exit_code, render_claims, run_claims
 from harness.gate.history import History, history_key
 from harness.gate.order import ArmOrder, order_arms, reference_note
-from harness.gate.policy import choose_policy
+from harness.gate.policy import choose_regression_policy
 from harness.gate.regress import (
     IncomparableError,
     Row,
@@ -178,7 +178,7 @@ def judge_arm(
     echo: Echo,
 ) -> None:
     run = arm.load()
-    policy = choose_policy(run, policy_path)
+    policy = choose_regression_policy(run, policy_path)
     # The nightly's --set values are part of the candidate (like the build): same series.
     arm.key = history_key(run.manifest.model_dump(mode="json"), include_overrides=False)
     entries = history.baseline(arm.key, policy.baseline_runs, exclude_run_dir=run.root)

@@ -1,6 +1,6 @@
 """Regression policies: which metrics the verdict judges, in which direction, with what tolerance.
 
-A policy is a YAML file (``launch/policies/*.yaml``) validated strictly: an unknown key anywhere
+A regression policy is a YAML file (``launch/policies/*.yaml``) validated strictly: an unknown key anywhere
 is an error naming the file and the key. Shape::
 
     description: "..."
@@ -57,7 +57,7 @@ class CurveRule(_Strict):
     at: list[float] = Field(default_factory=list)  # interactivity values (tok/s/user)
 
 
-class Policy(_Strict):
+class RegressionPolicy(_Strict):
     description: str = ""
     baseline_runs: int = Field(default=5, ge=1)
     suspicious_band: float = Field(default=0.5, gt=0, le=1)
@@ -69,7 +69,7 @@ class Policy(_Strict):
     source: Path | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
-    def _known_metrics(self) -> Policy:
+    def _known_metrics(self) -> RegressionPolicy:
         for key, rule in self.metrics.items():
             if key not in METRICS:
                 known = ", ".join(sorted(METRICS))
@@ -91,24 +91,24 @@ class Policy(_Strict):
         return rule.suspicious_band if rule.suspicious_band is not None else self.suspicious_band
 
 
-def load_policy(path: Path | str) -> Policy:
-    """Read and validate a policy file; errors name the file and the offending key."""
+def load_regression_policy(path: Path | str) -> RegressionPolicy:
+    """Read and validate a regression policy file; errors name the file and the offending key."""
     path = Path(path)
     if not path.is_file() and not path.suffix and (POLICIES_DIR / f"{path}.yaml").is_file():
         path = POLICIES_DIR / f"{path}.yaml"  # a bare name like "cpu"
-    policy = load_yaml(path, Policy, "policy file")
+    policy = load_yaml(path, RegressionPolicy, "regression policy file")
     policy.source = path
     return policy
 
 
-def default_policy_path(gpus: int) -> Path:
+def default_regression_policy_path(gpus: int) -> Path:
     """CPU profiles (gpus == 0) get thresholds from measured CPU noise; GPU arms the default."""
     return DEFAULT_CPU_POLICY if gpus == 0 else DEFAULT_GPU_POLICY
 
 
-def choose_policy(candidate: Run, policy_path: Path | str | None) -> Policy:
-    """The given policy file, else the default for the candidate's hardware (CPU or GPU)."""
+def choose_regression_policy(candidate: Run, policy_path: Path | str | None) -> RegressionPolicy:
+    """The given regression policy file, else the default for the candidate's hardware (CPU or GPU)."""
     if policy_path is not None:
-        return load_policy(policy_path)
+        return load_regression_policy(policy_path)
     gpus = (candidate.manifest.profile or {}).get("gpus", candidate.manifest.gpus)
-    return load_policy(default_policy_path(int(gpus or 0)))
+    return load_regression_policy(default_regression_policy_path(int(gpus or 0)))

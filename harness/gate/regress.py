@@ -54,7 +54,7 @@ from harness.analysis import frontier
 from harness.analysis.groups import PointValues, group_rows, point_rows
 from harness.analysis.stats import median_ci as default_median_ci
 from harness.errors import ReproError, RunError
-from harness.gate.policy import CurveRule, MetricRule, Policy
+from harness.gate.policy import CurveRule, MetricRule, RegressionPolicy
 from harness.identity import workload_id, workload_identity
 from harness.names import for_markdown, for_markdown_code
 from harness.records import run_damage
@@ -326,7 +326,7 @@ def check_comparable(candidate: RunView, baselines: Sequence[RunView]) -> list[s
 def evaluate(
     candidate: RunView,
     baselines: Sequence[RunView],
-    policy: Policy,
+    policy: RegressionPolicy,
     *,
     baseline_label: str | None = None,
     median_ci: Callable[..., tuple[float, float, float]] | None = None,
@@ -390,7 +390,7 @@ def _point_row(
     direction: str,
     cand: PointValues,
     bases: Sequence[PointValues],
-    policy: Policy,
+    policy: RegressionPolicy,
     median_ci: Callable[..., tuple[float, float, float]],
 ) -> Row | None:
     base_values = [v for v in (p.median(metric) for p in bases) if v is not None]
@@ -459,7 +459,7 @@ def _median_curve(view: RunView) -> list[tuple[float, float]]:
 def _curve_rows(
     candidate: RunView,
     baselines: Sequence[RunView],
-    policy: Policy,
+    policy: RegressionPolicy,
     median_ci: Callable[..., tuple[float, float, float]],
 ) -> list[Row]:
     rows: list[Row] = []

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from support.gate_runs import manifest_data
 
-from harness.gate.policy import load_policy
+from harness.gate.policy import load_regression_policy
 from harness.gate.regress import evaluate, view_from_parts
 
-POLICY = load_policy(Path(__file__).resolve().parents[2] / "launch/policies/cpu.yaml")
+POLICY = load_regression_policy(Path(__file__).resolve().parents[2] / "launch/policies/cpu.yaml")
 POINTS = [(1, 2), (4, 8), (8, 16)]
 #            occupancy            tput/GPU               interactivity        waiting_max
 MEASURED = {

@@ -35,7 +35,7 @@ from support.gate_runs import (
     write_run,
 )
 
-from harness.gate.policy import load_policy
+from harness.gate.policy import load_regression_policy
 from harness.gate.regress import (
     IncomparableError,
     classify,
@@ -253,7 +253,7 @@ def test_policy_validation_errors_name_file_and_key(tmp_path: Path):
         path = tmp_path / f"{name.replace(' ', '-')}.yaml"
         path.write_text(text)
         with pytest.raises(ConfigError) as err:
-            load_policy(path)
+            load_regression_policy(path)
         assert str(path) in str(err.value) and expected in str(err.value), (name, str(err.value))
     # And through the CLI: exit 2 with the message.
     rng = np.random.default_rng(1)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.gate.policy import load_policy
+from harness.gate.policy import load_regression_policy
 from harness.gate.regress import (
     view_from_parts,
 )
@@ -27,7 +27,7 @@ from harness.results import (
 REPO = Path(__file__).resolve().parents[2]
 
 
-GPU_POLICY = load_policy(REPO / "launch/policies/default.yaml")
+GPU_POLICY = load_regression_policy(REPO / "launch/policies/default.yaml")
 
 
 BLOG_POINTS = [(1, 4), (8, 16), (16, 32), (24, 48), (32, 64)]
