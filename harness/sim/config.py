@@ -23,14 +23,14 @@ from harness.sim.cost import FIT_PARAMS, Roofline
 from harness.sim.engine import Engine
 from harness.sim.facts import compute_facts, gpu_facts
 from harness.sim.mtp import Mtp
-from harness.sim.policies import Channel, GpuOnly, HiSparse, Offload
 from harness.sim.pool import (
     derived_kv_gib,
     mtp_kv_gib,
-    policy_pools,
+    residency_pools,
     served_bytes_scale,
     token_bytes,
 )
+from harness.sim.residency import Channel, GpuResidency, HiSparseResidency, OffloadResidency
 from harness.sim.scheduler import Scheduler
 from harness.sim.startup import (
     EngineRefused,
@@ -136,7 +136,7 @@ def load_calibration(path: Path) -> Calibration:
 # How HiSparse residency and offload stores are modelled: "constant-miss" (a host-resident
 # request misses `miss_rate` of its top-K every step; stores at release) or "vllm-0.32" (the
 # coordinator's switch conditions and lazy unpin, misses only on reused pages, staging of the
-# missing rows only, offload stores every step; policies.py cites the sources).
+# missing rows only, offload stores every step; residency.py cites the sources).
 RESIDENCY_MODELS = ("constant-miss", "vllm-0.32")
 CALIBRATIONS_DIR = REPO_ROOT / "launch" / "calibrations"
 NO_CALIBRATION = "none"  # `--calibration none`: the roofline defaults, asked for explicitly
@@ -216,7 +216,7 @@ class SimSetup:
         block_tokens = self.model.block_tokens.baseline
         if self.policy == "hisparse":
             block_tokens = self.model.block_tokens.gpu
-        pol: GpuOnly
+        pol: GpuResidency
         args = dict(self.policy_args)
         scale = self.roofline.host_bytes_scale
         for key in ("cpu_blocks", "indexer_cpu_blocks", "host_blocks"):
@@ -238,7 +238,7 @@ class SimSetup:
                 block_tokens,
             )
         if self.policy == "offload":
-            pol = Offload(
+            pol = OffloadResidency(
                 self.pool_units,
                 block_tokens,
                 h2d=Channel(1.0),
@@ -246,7 +246,7 @@ class SimSetup:
                 **args,
             )
         elif self.policy == "hisparse":
-            pol = HiSparse(
+            pol = HiSparseResidency(
                 self.pool_units,
                 block_tokens,
                 h2d=Channel(1.0),
@@ -254,7 +254,7 @@ class SimSetup:
                 **args,
             )
         else:
-            pol = GpuOnly(self.pool_units, block_tokens, self.prefix_caching)
+            pol = GpuResidency(self.pool_units, block_tokens, self.prefix_caching)
         rf = self.roofline
         mtp = Mtp(self.spec_tokens, rf.acceptance_length if self.spec_tokens else 1.0)
         sched = Scheduler(
@@ -399,7 +399,7 @@ def setup_from_profile(
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     rows = mtp_hot_rows(spec, model.architecture.index_topk) if spec else model.default_hot_rows
-    policy, pool, policy_args = policy_pools(dep, rows, host_gib, _connector(where, serve))
+    policy, pool, policy_args = residency_pools(dep, rows, host_gib, _connector(where, serve))
     if "num-gpu-blocks-override" in serve:
         pool = _int(where, "serve.num-gpu-blocks-override", serve["num-gpu-blocks-override"])
     elif derived:

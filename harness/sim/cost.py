@@ -57,7 +57,7 @@ def step_stats(
     verify_width: int,
     missing: Callable[[Request], float] = _all_missing,
 ) -> StepStats:
-    """`missing(req)`: the share of a request's history not readable on the GPU (the policy's
+    """`missing(req)`: the share of a request's history not readable on the GPU (the residency's
     `missing_fraction`); only those rows are staged for a prefill (vLLM 0.32.0
     `v1/hisparse/runtime.py` ensure_gpu_sources serves the rest from the resident cache) or
     copied for a decode's top-K."""

@@ -17,8 +17,8 @@ from harness import metric_names as mn
 from harness.client.scrape import Sample
 from harness.sim.client import PointClient
 from harness.sim.cost import StepStats, step_stats
-from harness.sim.policies import Channel, GpuOnly
 from harness.sim.request import Request
+from harness.sim.residency import Channel, GpuResidency
 from harness.sim.scheduler import Scheduler
 
 
@@ -47,7 +47,7 @@ class Engine:
         row_bytes: int,
     ) -> None:
         self.scheduler = scheduler
-        self.policy: GpuOnly = scheduler.policy
+        self.residency: GpuResidency = scheduler.residency
         self.cost = cost
         self.topk = topk
         self.labels = labels
@@ -61,7 +61,7 @@ class Engine:
         self.rid_next = 0
         self.frontend_s_per_token = float(getattr(cost, "frontend_us_per_token", 0.0)) * 1e-6
         self.pending: list[tuple[float, int, Request]] = []  # (enters the engine, rid, req)
-        h2d = getattr(self.policy, "h2d", None)
+        h2d = getattr(self.residency, "h2d", None)
         if isinstance(h2d, Channel):
             h2d.bytes_per_s = cost.pcie_bytes_per_s()
 
@@ -95,7 +95,7 @@ class Engine:
                 self.now = wake
                 continue
             stats = step_stats(
-                batch, topk=self.topk, verify_width=width, missing=self.policy.missing_fraction
+                batch, topk=self.topk, verify_width=width, missing=self.residency.missing_fraction
             )
             end = self.now + self.cost.step_time(stats)
             while next_scrape <= end:
@@ -132,13 +132,13 @@ class Engine:
 
     # ------------------------------------------------------------------ metrics
     def gauges(self) -> dict[str, float]:
-        sched, pool = self.scheduler, self.policy.pool
+        sched, pool = self.scheduler, self.residency.pool
         out = {
             mn.NUM_REQUESTS_RUNNING: float(len(sched.running)),
             mn.NUM_REQUESTS_WAITING: float(len(sched.waiting)),
             mn.KV_CACHE_USAGE_PERC: pool.used / pool.capacity,
         }
-        out.update(self.policy.gauges())
+        out.update(self.residency.gauges())
         return out
 
     def counters(self) -> dict[str, float]:
@@ -155,11 +155,11 @@ class Engine:
             out[mn.total(mn.SPEC_DECODE_NUM_DRAFTS)] = c.drafts
             out[mn.total(mn.SPEC_DECODE_NUM_DRAFT_TOKENS)] = c.draft_tokens
             out[mn.total(mn.SPEC_DECODE_NUM_ACCEPTED_TOKENS)] = c.accepted
-        h2d = getattr(self.policy, "h2d", None)
-        if self.policy.name == "offload":
+        h2d = getattr(self.residency, "h2d", None)
+        if self.residency.name == "offload":
             out[mn.total(mn.KV_OFFLOAD_LOAD_BYTES)] = h2d.bytes_total if h2d else 0
-            out[mn.total(mn.KV_OFFLOAD_STORE_BYTES)] = getattr(self.policy, "stored_bytes", 0)
-        if self.policy.name == "hisparse":
+            out[mn.total(mn.KV_OFFLOAD_STORE_BYTES)] = getattr(self.residency, "stored_bytes", 0)
+        if self.residency.name == "hisparse":
             misses = round(self.hisparse_misses)
             out[mn.total(mn.HISPARSE_CACHE_HITS)] = round(self.hisparse_rows) - misses
             out[mn.total(mn.HISPARSE_CACHE_MISSES)] = misses

@@ -39,8 +39,8 @@ from harness.sim.client import Workload
 from harness.sim.cost import StepStats
 from harness.sim.engine import Engine
 from harness.sim.mtp import Mtp
-from harness.sim.policies import GpuOnly
 from harness.sim.request import Request
+from harness.sim.residency import GpuResidency
 from harness.sim.scheduler import Scheduler
 
 # vLLM 0.32.0 on CPU (engine/arg_utils.py, the OpenAI server's CPU defaults; platforms/cpu.py
@@ -363,7 +363,7 @@ def _resent_reply_excess(run: Run, points: list[PointDeltas]) -> float:
 # --------------------------------------------------------------------------- the engine
 
 
-class ResentPolicy(GpuOnly):
+class ResentResidency(GpuResidency):
     """GPU-only caching where a finished turn leaves only its prompt's full blocks reusable.
 
     The next turn re-sends the reply as text, re-tokenised with its template; for the tiny
@@ -391,7 +391,7 @@ class StatsScheduler(Scheduler):
 
     def update(self, batch: list[Any], end: float) -> list[Request]:
         finished = super().update(batch, end)
-        self.snapshot = (len(self.running), len(self.waiting), self.policy.pool.used)
+        self.snapshot = (len(self.running), len(self.waiting), self.residency.pool.used)
         return finished
 
 
@@ -414,7 +414,7 @@ class CpuEngine(Engine):
         return {
             mn.NUM_REQUESTS_RUNNING: float(running),
             mn.NUM_REQUESTS_WAITING: float(waiting),
-            mn.KV_CACHE_USAGE_PERC: used / self.policy.pool.capacity,
+            mn.KV_CACHE_USAGE_PERC: used / self.residency.pool.capacity,
         }
 
 
@@ -432,9 +432,9 @@ class CpuSetup:
 
     def build(self) -> Engine:
         s = self.serve
-        policy = ResentPolicy(s.usable_blocks, s.block_tokens, s.prefix_caching)
+        residency = ResentResidency(s.usable_blocks, s.block_tokens, s.prefix_caching)
         sched = StatsScheduler(
-            policy,
+            residency,
             max_num_seqs=s.max_num_seqs,
             max_num_batched_tokens=s.max_num_batched_tokens,
             mtp=Mtp(0, 1.0),

@@ -15,7 +15,7 @@ from harness.sim.cost import SERVED_ROW_BYTES
 __all__ = [
     "derived_kv_gib",
     "mtp_kv_gib",
-    "policy_pools",
+    "residency_pools",
     "served_bytes_scale",
     "token_bytes",
 ]
@@ -95,10 +95,10 @@ def served_bytes_scale(model: ModelSpec, dtype: str, spec: int) -> float:
     return served / calc
 
 
-def policy_pools(
+def residency_pools(
     dep: Any, rows: int, host_gib: float | None, cpu_bytes: int | None
 ) -> tuple[str, int, dict[str, Any]]:
-    """Policy name, GPU pool units and policy sizes, all from the capacity model."""
+    """The KV arm (gpu, offload, hisparse), its GPU pool units and residency sizes (capacity model)."""
     model, tp = dep.model, dep.tp
     lim = capacity_at(dep, model.block_tokens.baseline, rows)
     layout = model.layout(dep.kv_dtype)

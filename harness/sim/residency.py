@@ -1,6 +1,6 @@
 """Where a request's KV lives: GPU only, conventional offloading, or Hybrid HiSparse.
 
-A policy owns the GPU pool and the host pools, answers where a prefix hit comes from and what it
+A residency owns the GPU pool and the host pools, answers where a prefix hit comes from and what it
 costs to load, and sizes what a request takes from the pool. The scheduler calls it; it never
 decides what runs.
 """
@@ -39,7 +39,7 @@ class Channel:
         return self.free_at
 
 
-class GpuOnly:
+class GpuResidency:
     """vLLM with prefix caching and no connector: a block costs one unit."""
 
     name = "gpu"
@@ -111,13 +111,13 @@ class GpuOnly:
         req.offloaded = False
 
     def on_release(self, req: Request) -> None:
-        """Policy hook: store to host pools."""
+        """Residency hook: store to host pools."""
 
     def on_computed(self, req: Request) -> None:
-        """Policy hook after a step advanced the request."""
+        """Residency hook after a step advanced the request."""
 
     def on_step(self, req: Request) -> None:
-        """Policy hook after every step that scheduled the request (residency, stores)."""
+        """Residency hook after every step that scheduled the request (residency, stores)."""
 
     def history_unpinned(self, req: Request) -> bool:
         """Whether the request's history pages were handed back to the pool (lazy unpin)."""
@@ -128,14 +128,14 @@ class GpuOnly:
         return 1.0 if req.offloaded else 0.0
 
     def relieve(self, units: int, requester: Request) -> bool:
-        """Policy hook: make `units` available without preemption (HiSparse)."""
+        """Residency hook: make `units` available without preemption (HiSparse)."""
         return False
 
     def gauges(self) -> dict[str, float]:
         return {}
 
 
-class Offload(GpuOnly):
+class OffloadResidency(GpuResidency):
     """OffloadingConnector: a CPU LRU pool per TP rank; hits load over PCIe before running."""
 
     name = "offload"
@@ -188,7 +188,7 @@ class Offload(GpuOnly):
         self.stored_bytes += written * self.block_bytes
 
 
-class HiSparse(GpuOnly):
+class HiSparseResidency(GpuResidency):
     """Hybrid HiSparse: one GPU page pool; requests go host-resident only under pressure.
 
     Units are HiSparse GPU pages. A resident block costs its latent pages plus its indexer

@@ -18,8 +18,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from harness.sim.mtp import Mtp
-from harness.sim.policies import GpuOnly
 from harness.sim.request import Request
+from harness.sim.residency import GpuResidency
 
 
 @dataclass(frozen=True)
@@ -47,15 +47,15 @@ class Counters:
 class Scheduler:
     def __init__(
         self,
-        policy: GpuOnly,
+        residency: GpuResidency,
         *,
         max_num_seqs: int,
         max_num_batched_tokens: int,
         mtp: Mtp,
         reserve_full_isl: bool = True,
     ) -> None:
-        self.policy = policy
-        self.running: list[Request] = policy.running
+        self.residency = residency
+        self.running: list[Request] = residency.running
         self.waiting: deque[Request] = deque()
         self.max_num_seqs = max_num_seqs
         self.budget = max_num_batched_tokens
@@ -78,7 +78,7 @@ class Scheduler:
             n = min(want, budget)
             lookahead = self.mtp.spec_tokens if req.decoding else 0
             gone = False
-            while not self.policy.grow(req, req.computed + n + lookahead):
+            while not self.residency.grow(req, req.computed + n + lookahead):
                 victim = self.running.pop()
                 self._preempt(victim)
                 preempted = True
@@ -95,7 +95,7 @@ class Scheduler:
         return batch
 
     def _preempt(self, req: Request) -> None:
-        self.policy.release(req)
+        self.residency.release(req)
         req.computed = 0
         req.preemptions += 1
         req.load_until = None
@@ -118,8 +118,8 @@ class Scheduler:
                     continue
             req.load_until = None
             n = min(req.total - req.computed, budget)
-            if not self.policy.grow(req, req.computed + n):
-                self.policy.release(req)
+            if not self.residency.grow(req, req.computed + n):
+                self.residency.release(req)
                 req.computed = 0
                 break
             self.waiting.popleft()
@@ -131,12 +131,15 @@ class Scheduler:
 
     def _admit(self, req: Request, now: float) -> str:
         """Prefix lookup and reserve-full-input check: 'ready', 'loading' or 'blocked'."""
-        policy = self.policy
-        hit = policy.lookup(req)
-        if self.reserve_full_isl and policy.admission_units(req, hit) > policy.pool.available():
+        residency = self.residency
+        hit = residency.lookup(req)
+        if (
+            self.reserve_full_isl
+            and residency.admission_units(req, hit) > residency.pool.available()
+        ):
             return "blocked"
-        policy.start(req, hit)
-        bt = policy.block_tokens
+        residency.start(req, hit)
+        bt = residency.block_tokens
         c = self.counters
         c.prefix_queries += req.total
         c.prefix_hits += hit.gpu_blocks * bt
@@ -144,14 +147,14 @@ class Scheduler:
             req.cached_at_start = (hit.gpu_blocks + hit.external_blocks) * bt
         if hit.external_blocks == 0:
             return "ready"
-        if not policy.attach_external(req, hit):
-            policy.release(req)
+        if not residency.attach_external(req, hit):
+            residency.release(req)
             req.computed = 0
             return "blocked"
         c.external_hits += hit.external_blocks * bt
         req.computed = (hit.gpu_blocks + hit.external_blocks) * bt
         if hit.load_bytes:
-            req.load_until = policy.h2d.transfer(now, hit.load_bytes)  # type: ignore[attr-defined]  # only offloading policies load bytes; they all have h2d
+            req.load_until = residency.h2d.transfer(now, hit.load_bytes)  # type: ignore[attr-defined]  # only offloading residencies load bytes; they all have h2d
             return "loading" if req.load_until > now else "ready"
         return "ready"
 
@@ -171,7 +174,7 @@ class Scheduler:
                     c.generation_tokens += 1
                     if req.first_token_at is None:
                         req.first_token_at = end
-                    self.policy.on_computed(req)
+                    self.residency.on_computed(req)
             else:
                 emitted = min(self.mtp.emitted(req.decode_steps), req.max_out - req.out)
                 req.decode_steps += 1
@@ -185,11 +188,11 @@ class Scheduler:
             if req.done:
                 req.finished_at = end
                 self.running.remove(req)
-                self.policy.release(req)
+                self.residency.release(req)
                 c.finished += 1
                 finished.append(req)
             else:
-                self.policy.on_step(req)
+                self.residency.on_step(req)
         return finished
 
     def next_load_done(self) -> float | None:

@@ -8,7 +8,7 @@ same need). HiSparse keeps a request's latent KV on the host, so only its GPU-re
 counts (vLLM leaves the host-resident source group out of the need): the indexer pages of the
 whole context plus the hot buffers and retained tail pages. The simulated engine sizes that from
 the capacity model (the blog's calculator: ceil(L/64) + 20 x ceil(buf/64) + 40 pages), the
-same pages its HiSparse policy admits a request with. Upstream 0.32.0 also reserves a resident
+same pages its HiSparse residency admits a request with. Upstream 0.32.0 also reserves a resident
 admission window of 20 x ceil(min(in-flight tokens, L)/64) pages; at 1M with 32,768 batched
 tokens that adds 10,240 pages (19,624 -> 29,864 of 103,692): the verdict is the same.
 
@@ -63,7 +63,7 @@ def kv_pool(
     overridden: bool,
     window_blocks: int | None = None,
 ) -> KvPool:
-    """The simulated pool and per-request need, in the units the policy allocates.
+    """The simulated pool and per-request need, in the units the residency allocates.
 
     `window_blocks`: HiSparse's resident admission window under the vLLM 0.32 residency. One
     request then needs the window's resident pages at admission, and later its indexer pages

@@ -11,7 +11,7 @@ import pytest
 
 from harness.serve.profiles import load_profile
 from harness.sim.config import setup_from_profile
-from harness.sim.policies import HiSparse
+from harness.sim.residency import HiSparseResidency
 from harness.sim.startup import EngineRefused, admission_window_blocks
 
 OVERRIDES = ["serve.max-model-len=40000"]
@@ -38,5 +38,5 @@ def test_a_pool_below_the_window_is_refused_not_left_waiting():
 def test_a_pool_that_holds_the_window_starts_and_admits():
     engine = setup(8800, "vllm-0.32")
     assert engine.policy_args["latent_units"] + engine.policy_args["indexer_units"] == 17
-    policy = engine.build().policy
-    assert isinstance(policy, HiSparse) and policy.window_blocks == 512
+    residency = engine.build().residency
+    assert isinstance(residency, HiSparseResidency) and residency.window_blocks == 512

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from harness.sim.blocks import GpuPool, PrefixLru
 from harness.sim.mtp import Mtp
-from harness.sim.policies import Channel, GpuOnly, HiSparse, Offload
 from harness.sim.request import Request
+from harness.sim.residency import Channel, GpuResidency, HiSparseResidency, OffloadResidency
 from harness.sim.scheduler import Scheduler
 
 
@@ -13,8 +13,10 @@ def req(rid: int, conv: int, prompt: int, out: int = 4, turn: int = 1) -> Reques
     return Request(rid, conv, turn, prompt, out, 0.0)
 
 
-def sched(policy, budget: int = 1000, seqs: int = 16, spec: int = 0, acc: float = 1.0):
-    return Scheduler(policy, max_num_seqs=seqs, max_num_batched_tokens=budget, mtp=Mtp(spec, acc))
+def sched(residency, budget: int = 1000, seqs: int = 16, spec: int = 0, acc: float = 1.0):
+    return Scheduler(
+        residency, max_num_seqs=seqs, max_num_batched_tokens=budget, mtp=Mtp(spec, acc)
+    )
 
 
 def run_until_done(s: Scheduler, reqs: list[Request], limit: int = 1000) -> int:
@@ -63,7 +65,7 @@ def test_host_lru_evicts_head_first_and_breaks_the_prefix():
 
 
 def test_chunked_prefill_shares_the_token_budget():
-    s = sched(GpuOnly(100, 16), budget=100)
+    s = sched(GpuResidency(100, 16), budget=100)
     a = req(0, 0, 250, out=2)
     s.add(a)
     sizes = []
@@ -81,7 +83,7 @@ def test_chunked_prefill_shares_the_token_budget():
 
 
 def test_reserve_full_input_admission_blocks_fcfs():
-    s = sched(GpuOnly(10, 16), budget=32)
+    s = sched(GpuResidency(10, 16), budget=32)
     big, small = req(0, 0, 200), req(1, 1, 20)  # 200 tokens = 13 blocks > 10
     s.add(big)
     s.add(small)
@@ -93,7 +95,7 @@ def test_reserve_full_input_admission_blocks_fcfs():
 
 
 def test_next_turn_hits_the_previous_turns_full_blocks():
-    pol = GpuOnly(100, 16)
+    pol = GpuResidency(100, 16)
     s = sched(pol)
     t1 = req(0, 7, 100, out=20)  # 120 tokens computed-ish: 119 computed, 7 full blocks
     s.add(t1)
@@ -108,7 +110,7 @@ def test_next_turn_hits_the_previous_turns_full_blocks():
 
 
 def test_last_prompt_token_is_never_a_hit():
-    pol = GpuOnly(100, 16)
+    pol = GpuResidency(100, 16)
     pol.pool.allocate(4)
     pol.pool.release(4, conv=3, cache_blocks=4)  # 64 tokens cached
     r = req(0, 3, 64)
@@ -119,7 +121,7 @@ def test_last_prompt_token_is_never_a_hit():
 
 
 def test_newest_running_request_is_preempted_first():
-    pol = GpuOnly(9, 16)
+    pol = GpuResidency(9, 16)
     s = sched(pol, budget=1000)
     reqs = [req(i, i, 48, out=40) for i in range(3)]  # 48 tokens = 3 full blocks, pool 9
     for r in reqs:
@@ -139,7 +141,7 @@ def test_newest_running_request_is_preempted_first():
 
 def test_offload_hit_is_reloaded_before_the_request_runs():
     h2d = Channel(1000.0)  # bytes per second
-    pol = Offload(20, 16, cpu_blocks=50, block_bytes=100, h2d=h2d)
+    pol = OffloadResidency(20, 16, cpu_blocks=50, block_bytes=100, h2d=h2d)
     pol.cpu.store(5, 6)  # 6 blocks of conv 5 in the CPU pool, none on the GPU
     s = sched(pol)
     r = req(0, 5, 100)
@@ -154,7 +156,7 @@ def test_offload_hit_is_reloaded_before_the_request_runs():
 
 
 def test_offload_lru_stores_on_finish():
-    pol = Offload(20, 16, cpu_blocks=50, block_bytes=100, h2d=Channel(1e9))
+    pol = OffloadResidency(20, 16, cpu_blocks=50, block_bytes=100, h2d=Channel(1e9))
     s = sched(pol)
     r = req(0, 2, 64, out=17)  # 80 tokens, 80 computed at finish? 64 + 16 -> 5 full blocks
     s.add(r)
@@ -165,10 +167,10 @@ def test_offload_lru_stores_on_finish():
 # ------------------------------------------------------------------ HiSparse
 
 
-def hisparse(pool: int) -> HiSparse:
+def hisparse(pool: int) -> HiSparseResidency:
     # resident block: 4 latent + 1 indexer units; host-resident request: 1 unit per block
     # plus a lease of 6 units (hot buffer + retained tail).
-    return HiSparse(
+    return HiSparseResidency(
         pool,
         16,
         latent_units=4,
@@ -219,7 +221,7 @@ def test_mtp_verify_width_and_acceptance_length():
     assert m.verify_width == 4
     emitted = [m.emitted(k) for k in range(8)]
     assert emitted == [2, 3, 2, 3, 2, 3, 2, 3] and sum(emitted) / 8 == 2.5
-    s = sched(GpuOnly(100, 16), spec=3, acc=2.5)
+    s = sched(GpuResidency(100, 16), spec=3, acc=2.5)
     r = req(0, 0, 30, out=11)
     s.add(r)
     s.update(s.schedule(0.0), 1.0)  # prefill + first token

@@ -13,7 +13,7 @@ from harness.sim.mtp import Mtp
 from harness.sim.parity import (
     CpuCost,
     PointDeltas,
-    ResentPolicy,
+    ResentResidency,
     cost_from_deltas,
     cpu_serve,
     manifest_workload,
@@ -78,7 +78,7 @@ def test_manifest_workload_takes_the_assumed_reply_out_of_templated_counts(tmp_p
 
 
 def test_finished_turn_leaves_only_its_prompt_blocks_but_a_preempted_one_keeps_output():
-    pol = ResentPolicy(20, 128)
+    pol = ResentResidency(20, 128)
     done = Request(0, conv=1, turn=1, prompt=300, max_out=100, arrival=0.0)
     pol.grow(done, 400)
     done.computed, done.out = 399, 100
@@ -93,7 +93,7 @@ def test_finished_turn_leaves_only_its_prompt_blocks_but_a_preempted_one_keeps_o
 
 def _sched(usable: int) -> Scheduler:
     return Scheduler(
-        ResentPolicy(usable, 128), max_num_seqs=128, max_num_batched_tokens=2048, mtp=Mtp(0, 1)
+        ResentResidency(usable, 128), max_num_seqs=128, max_num_batched_tokens=2048, mtp=Mtp(0, 1)
     )
 
 

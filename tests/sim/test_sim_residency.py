@@ -8,8 +8,8 @@ import pytest
 
 from harness.sim.blocks import GpuPool
 from harness.sim.cost import step_stats
-from harness.sim.policies import Channel, HiSparse, Offload
 from harness.sim.request import Request
+from harness.sim.residency import Channel, HiSparseResidency, OffloadResidency
 from harness.sim.scheduler import Scheduled
 
 
@@ -25,9 +25,9 @@ def test_unpinned_pages_count_as_free_and_are_reused_last():
     pool.check()
 
 
-def _hisparse(pool_units: int = 1000) -> HiSparse:
+def _hisparse(pool_units: int = 1000) -> HiSparseResidency:
     # a block = 4 latent pages + 1 indexer page; hot region 20 pages; window 8 blocks
-    return HiSparse(
+    return HiSparseResidency(
         pool_units,
         64,
         latent_units=4,
@@ -42,7 +42,7 @@ def _hisparse(pool_units: int = 1000) -> HiSparse:
     )
 
 
-def _running(pol: HiSparse, rid: int, tokens: int) -> Request:
+def _running(pol: HiSparseResidency, rid: int, tokens: int) -> Request:
     req = Request(rid, rid, 1, tokens + 100, 220, 0.0)
     assert pol.grow(req, tokens)
     req.computed = tokens
@@ -94,8 +94,8 @@ def test_misses_and_staging_follow_page_reuse():
 
 
 def test_the_offloading_connector_stores_every_step():
-    def offload(every: bool) -> Offload:
-        return Offload(100, 64, cpu_blocks=50, block_bytes=10, h2d=Channel(1.0),
+    def offload(every: bool) -> OffloadResidency:
+        return OffloadResidency(100, 64, cpu_blocks=50, block_bytes=10, h2d=Channel(1.0),
                        store_every_step=every)  # fmt: skip
 
     for every, stored in ((True, 3), (False, 0)):

@@ -10,7 +10,7 @@ GPU prefix cache (and stores them to the CPU pool). During its pause conversatio
 blocks. Only 1,100 - 472 - 494 = 134 blocks are free and uncached, so 495 - 134 = 361 of
 conversation 0's blocks are evicted (the least recently used: its own are older than
 conversation 1's). Its turn 2 then finds 472 - 361 = 111 blocks on the GPU and loads the other
-361 from the CPU pool: 361 x the policy's bytes per block (3,930,244 B with the committed
+361 from the CPU pool: 361 x the residency's bytes per block (3,930,244 B with the committed
 calibration) = 1,418,818,084 B, the point's whole `offload_load_gib`. Without the pause the same
 sweep loads nothing, and the turn's TTFT grows by the copy time (bytes / PCIe bytes per second).
 HiSparse (vLLM 0.32 residency, 20,000 pages: two conversations fit, three do not): conversation 2
@@ -42,8 +42,8 @@ def engine_facts(run) -> tuple[int, float]:
     prof = load_profile(run.manifest.profile_name, run.manifest.overrides)
     cal = run.manifest.build["calibration"]["path"]
     setup = setup_from_profile(prof, load_calibration(Path(cal)) if cal else None)
-    policy = setup.build().policy
-    return int(policy.block_bytes), float(policy.h2d.bytes_per_s)
+    residency = setup.build().residency
+    return int(residency.block_bytes), float(residency.h2d.bytes_per_s)
 
 
 @pytest.fixture(scope="module")

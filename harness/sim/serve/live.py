@@ -116,15 +116,15 @@ class LiveEngine:
 
     def _cap_hits(self) -> None:
         """A prompt that diverges from the cached history hits only its matching blocks."""
-        policy = self.engine.policy
-        whole = policy.max_hit_blocks
+        residency = self.engine.residency
+        whole = residency.max_hit_blocks
 
         def capped(req: Request) -> int:
             limit = getattr(req, "match_blocks", None)
             n = whole(req)
             return n if limit is None else min(n, limit)
 
-        policy.max_hit_blocks = capped  # type: ignore[method-assign]  # the live server caps hits at each request's own prefix match
+        residency.max_hit_blocks = capped  # type: ignore[method-assign]  # the live server caps hits at each request's own prefix match
 
     # ------------------------------------------------------------------ clock
     def virtual_now(self) -> float:
@@ -174,11 +174,11 @@ class LiveEngine:
             del self._handles[req.rid]
             if req in self.sched.running:
                 self.sched.running.remove(req)
-                self.engine.policy.release(req)
+                self.engine.residency.release(req)
             elif req in self.sched.waiting:
                 self.sched.waiting.remove(req)
                 if req.blocks:
-                    self.engine.policy.release(req)
+                    self.engine.residency.release(req)
 
     # ------------------------------------------------------------------ the loop
     def _admit_arrivals(self) -> None:

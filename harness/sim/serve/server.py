@@ -150,7 +150,7 @@ def build_state(opts: ServeOptions) -> Any:
     engine = setup.build()
     dataset = opts.dataset or sim_dataset_for(prof.sweep.dataset)
     spec = opts.tokenizer or tokenizer_for(dataset)
-    counter = PromptCounter(spec, engine.policy.block_tokens)
+    counter = PromptCounter(spec, engine.residency.block_tokens)
     if opts.dataset or not opts.tokenizer:
         _prewarm(counter, dataset)
     emit_box: list[Any] = []  # the dispatcher needs the state, the state needs the engine
@@ -165,7 +165,7 @@ def build_state(opts: ServeOptions) -> Any:
         engine, time_scale=opts.time_scale, emit=lambda ev: emit_box[0](ev), on_finish=finished
     )
     info = {
-        "block_size": str(engine.policy.block_tokens),
+        "block_size": str(engine.residency.block_tokens),
         "num_gpu_blocks": str(setup.pool_units),
         "enable_prefix_caching": str(setup.prefix_caching),
         "cache_dtype": "fp8",
