@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import yaml
 from pydantic import (
@@ -23,9 +23,10 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
-    Strict,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
 )
 
 from harness.config import (
@@ -36,7 +37,6 @@ from harness.config import (
     safe_load,
     yaml_problem,
 )
-from harness.dataset.thinktime import NO_THINK_TIME, ThinkTime
 from harness.errors import ConfigError
 from harness.names import PROFILE_NAME_MAX, check_name, for_terminal
 from harness.paths import PROFILES_DIR
@@ -45,8 +45,7 @@ from harness.serve.options import check_json_keys
 from harness.serve.workloads import (
     WORKLOAD_FIELDS,
     WORKLOADS_DIR,
-    check_distinct_points,
-    check_slo,
+    WorkloadFields,
     known_workloads,
     load_workload_spec,
     workload_path,
@@ -56,8 +55,6 @@ DEEP_MERGED = ("serve", "sweep", "env", "coherence")
 # Set by the harness from top-level profile fields, never inside `serve:`.
 RESERVED_SERVE_KEYS = {"model": "model", "host": "host", "port": "port", "config": None}
 
-
-_Count = Annotated[int, Strict(), Field(gt=0)]
 
 # The keys a profile's `sweep:` block sets: how the harness runs the points. What the client
 # sends is the workload's (harness/serve/workloads.py, docs/workloads.md §1).
@@ -70,38 +67,39 @@ RUNNER_FIELDS = (
 )
 
 
-class SweepSpec(BaseModel, extra="forbid"):
+class SweepSpec(WorkloadFields):
     """A profile's resolved sweep: its workload's fields, then its own `sweep:` block, then
     `--set sweep.KEY=VALUE`. No default says what the client sends: that is the workload's."""
 
-    # (parallel, number): both >= 1; EvalScope turns 0 into sentinels that look like metrics.
-    # Strict: `true` is not a concurrency (pydantic would read it as 1).
-    points: list[tuple[_Count, _Count]] = Field(min_length=1)
     dataset: str = "openhands-glm53"
-    dataset_offset: NonNegativeInt
-    max_tokens: PositiveInt
-    ignore_eos: bool = True
-    multi_turn: bool = True
-    max_turns: PositiveInt | None = None
-    extra_args: dict[str, Any] = {}
     scrape_interval_s: PositiveFloat = 30.0
     point_timeout_s: PositiveFloat = 10800.0
     sleep_between_points_s: NonNegativeFloat = 5.0
     warmup_requests: NonNegativeInt = 2
-    # agents pause between turns (harness/dataset/thinktime.py); none: the blog's workload
-    think_time: ThinkTime = NO_THINK_TIME
-    # latency objectives for goodput, e.g. "ttft=2s,tpot=50ms" (harness/analysis/slo.py)
-    slo: str | None = None
 
-    @field_validator("slo")
-    @classmethod
-    def _objectives(cls, slo: str | None) -> str | None:
-        return check_slo(slo)
+    @model_serializer(mode="wrap")
+    def _recorded_order(self, dump: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # manifests have always recorded the sweep in this order (the dataset after the
+        # points, the runner's settings before the think time): the shared fields come first
+        # in declaration order, so the dump is put back in it
+        data = dump(self)
+        return {**{key: data[key] for key in SWEEP_ORDER if key in data}, **data}
 
-    @field_validator("points")
-    @classmethod
-    def _distinct_points(cls, points: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        return check_distinct_points(points)
+
+# The order the fields of a resolved sweep are recorded in (see SweepSpec._recorded_order).
+SWEEP_ORDER = (
+    "points",
+    "dataset",
+    "dataset_offset",
+    "max_tokens",
+    "ignore_eos",
+    "multi_turn",
+    "max_turns",
+    "extra_args",
+    *RUNNER_FIELDS[1:],
+    "think_time",
+    "slo",
+)
 
 
 class AgreementSpec(BaseModel, extra="forbid"):

@@ -28,11 +28,11 @@ WORKLOADS_DIR = DATASETS_DIR / "workloads"
 _Count = Annotated[int, Strict(), Field(gt=0)]
 
 
-class WorkloadSpec(BaseModel, extra="forbid"):
-    """One workload file's fields: every one is also a field of the profile's resolved `sweep`
-    (harness.serve.profiles.SweepSpec), under the same name."""
+class WorkloadFields(BaseModel, extra="forbid"):
+    """What the client sends, declared once: a workload file's fields (:class:`WorkloadSpec`)
+    and the first part of a profile's resolved `sweep` (harness.serve.profiles.SweepSpec), under
+    the same names and checks."""
 
-    description: str = ""
     # (parallel, number): both >= 1; EvalScope turns 0 into sentinels that look like metrics.
     # Strict: `true` is not a concurrency (pydantic would read it as 1).
     points: list[tuple[_Count, _Count]] = Field(min_length=1)
@@ -57,12 +57,18 @@ class WorkloadSpec(BaseModel, extra="forbid"):
     def _distinct_points(cls, points: list[tuple[int, int]]) -> list[tuple[int, int]]:
         return check_distinct_points(points)
 
+
+class WorkloadSpec(WorkloadFields):
+    """One workload file: what the client sends, and a description for people."""
+
+    description: str = ""
+
     def sweep_fields(self) -> dict[str, Any]:
         """The fields a profile's resolved `sweep` takes from this workload."""
         return self.model_dump(exclude={"description"})
 
 
-WORKLOAD_FIELDS = tuple(name for name in WorkloadSpec.model_fields if name != "description")
+WORKLOAD_FIELDS = tuple(WorkloadFields.model_fields)
 
 
 def check_slo(slo: str | None) -> str | None:

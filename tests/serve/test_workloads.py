@@ -3,6 +3,7 @@ sweep (workload, then the profile's sweep block, then --set), docs/workloads.md 
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from harness.serve.profiles import RUNNER_FIELDS, SweepSpec, list_profiles, load
 from harness.serve.workloads import (
     WORKLOAD_FIELDS,
     WORKLOADS_DIR,
+    WorkloadFields,
     WorkloadSpec,
     known_workloads,
     load_workload_spec,
@@ -123,3 +125,41 @@ def test_digest_is_the_content_not_the_name(tmp_path: Path):
     assert workload_digest(load_workload_spec(str(copy))) == workload_digest(blog)
     changed = WorkloadSpec(**{**blog.sweep_fields(), "max_tokens": 221})
     assert workload_digest(changed) != workload_digest(blog)
+
+
+def test_a_workload_file_and_a_sweep_share_one_declaration_of_the_client_fields():
+    assert issubclass(WorkloadSpec, WorkloadFields) and issubclass(SweepSpec, WorkloadFields)
+    assert WORKLOAD_FIELDS == tuple(WorkloadFields.model_fields)
+    sent = {"points": [[1, 1], [1, 1]], "dataset_offset": 0, "max_tokens": 8}
+    for model in (WorkloadSpec, SweepSpec):
+        with pytest.raises(ValidationError, match=r"\[1, 1\] given twice"):
+            model.model_validate(sent)
+        with pytest.raises(ValidationError, match="latency"):
+            model.model_validate({**sent, "points": [[1, 1]], "slo": "latency=2s"})
+
+
+def test_a_resolved_sweep_is_recorded_in_the_order_manifests_always_had():
+    """The shared fields are declared first in the model; a manifest's `sweep` (and the run
+    table's `sweep` row) keep the order they were written in before the fields were shared."""
+    sweep = load_profile("hisparse384").sweep
+    assert (
+        list(sweep.model_dump())
+        == list(json.loads(sweep.model_dump_json()))
+        == [
+            "points",
+            "dataset",
+            "dataset_offset",
+            "max_tokens",
+            "ignore_eos",
+            "multi_turn",
+            "max_turns",
+            "extra_args",
+            "scrape_interval_s",
+            "point_timeout_s",
+            "sleep_between_points_s",
+            "warmup_requests",
+            "think_time",
+            "slo",
+        ]
+    )
+    assert list(load_profile("hisparse384").model_dump()["sweep"]) == list(sweep.model_dump())
