@@ -1,4 +1,4 @@
-"""The run configuration: everything a sweep was configured with, resolved once, stored whole in
+"""The run configuration: everything a run was configured with, resolved once, stored whole in
 the manifest (``run_config``, schema ``repro.runconfig/1``) and read back by ``--resume``
 (docs/workloads.md §2).
 
