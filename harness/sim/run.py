@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
+from harness import env as harness_env
 from harness.analysis.metrics import derive_point_metrics
 from harness.analysis.point_table import request_frame, with_table_metrics
 from harness.analysis.validity import invalid_reasons
@@ -37,6 +38,7 @@ from harness.results import (
     atomic_write_json,
     write_summary,
 )
+from harness.serve.run_config import build_run_config
 from harness.sim.client import PointClient, Turn, Workload, shaped_workload
 from harness.sim.config import (
     SimSetup,
@@ -54,6 +56,9 @@ BLOG_SHAPE = {
     "first_turn_length": 74160,
     "subsequent_turn_length": 753,
 }
+
+
+SIM_ENGINE = EngineSpec(kind="sim", simulated=True)  # harness.engines.sim
 
 
 @dataclass
@@ -317,10 +322,18 @@ def run_simulation(
             "num_turns": workload.num_turns,
             "manifest": {"token_counts_only": True},
         },
-        "workload_key": configuration_key(
+        "configuration_key": configuration_key(
             dataset_sha256=digest, sweep=sweep_dump, profile=profile_dump
         ),
         "sweep": sweep_dump,
+        "run_config": build_run_config(
+            engine=SIM_ENGINE,
+            profile=prof,
+            overrides=list(overrides),
+            dataset=dataset or "blog-shaped",
+            only_points=list(points) if points else None,
+            environment=harness_env.snapshot(),
+        ).model_dump(mode="json"),
     }
     try:
         setup = setup_from_profile(prof, cal, params)
@@ -377,7 +390,7 @@ def simulated_manifest(run_id: str, **fields: Any) -> RunManifest:
         finished_at=now,
         harness_version=__version__,
         engine="sim",
-        engine_spec=EngineSpec(kind="sim", simulated=True),  # harness.engines.sim
+        engine_spec=SIM_ENGINE,
         base_url="sim://",
         client={"name": "sim-client", "version": __version__, "semantics": "evalscope multi-turn"},
         **fields,

@@ -1,0 +1,74 @@
+"""An offline simulated run records its run configuration and environment as a sweep does
+(docs/workloads.md §2), so report, regress and export read it through one typed record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.results import load_run
+from harness.run.config import RunConfig, run_config
+from harness.serve.profiles import load_profile
+from harness.sim.run import run_simulation
+
+SETS = ["sweep.points=[[1,2],[2,4]]", "sweep.scrape_interval_s=2", "sim.prefill_eff=0.5"]
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("simcfg")
+    recipe = root / "small.yaml"
+    recipe.write_text(
+        "number: 6\nnum_turns: 2\nfirst_turn_length: 20000\nsubsequent_turn_length: 400\n"
+    )
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("REPRO_PAD_CACHE", "off")
+        env.setenv("HF_TOKEN", "hf_not_a_real_token")
+        return run_simulation(
+            "offload512",
+            dataset=str(recipe),
+            overrides=SETS,
+            points=["c2"],
+            out=root,
+            run_id="cfg",
+        )
+
+
+def test_the_manifest_holds_the_run_configuration_of_the_simulation(simulated: Path) -> None:
+    manifest = load_run(simulated).manifest
+    stored = json.loads((simulated / "manifest.json").read_text())["run_config"]
+    config = run_config(manifest)
+    assert config == RunConfig.model_validate(stored)
+    assert (config.engine.kind, config.engine.simulated) == ("sim", True)
+    assert config.server.profile_name == "offload512"
+    assert config.server.overrides == SETS  # as given, the simulator's own sim.* included
+    assert config.client.only_points == ["c2"]
+    assert config.client.dataset_spec == manifest.dataset["spec"]
+    # what the client sent is the resolved sweep's (after --set sweep.*)
+    assert config.workload.fields["points"] == [[1, 2], [2, 4]]
+    assert config.profile().sweep.model_dump(mode="json") == manifest.sweep
+    assert config.profile() == load_profile("offload512", SETS[:2]).model_copy(
+        update={"source": config.profile().source}
+    )
+
+
+def test_the_environment_is_recorded_a_secret_by_presence_only(simulated: Path) -> None:
+    environment = run_config(load_run(simulated).manifest).environment
+    assert environment["REPRO_PAD_CACHE"] == "off"
+    assert environment["HF_TOKEN"] == "<set>"
+
+
+def test_an_older_simulated_manifest_derives_the_same_configuration(simulated: Path) -> None:
+    """A run written before `repro simulate` recorded the field reads as the same record, but
+    for what an older manifest never held (the environment, --points)."""
+    manifest = load_run(simulated).manifest
+    recorded = run_config(manifest)
+    derived = run_config(manifest.model_copy(update={"run_config": None}))
+    assert derived == recorded.model_copy(
+        update={
+            "environment": {},
+            "client": recorded.client.model_copy(update={"only_points": None}),
+        }
+    )
