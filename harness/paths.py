@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from harness import env as harness_env
-from harness.errors import ConfigError, RunError
+from harness.errors import ConfigError, ReproError, RunError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAUNCH_DIR = REPO_ROOT / "launch"
@@ -58,3 +59,18 @@ def check_not_run_record(path: Path, option: str) -> None:
                 f"{option} {path}: a record of run {parent}; a run's records are never "
                 "overwritten (choose another path)"
             )
+
+
+def check_writable(path: Path) -> None:
+    """Fail now, naming ``path``, when a file cannot be written there (before hours of work
+    whose record would be lost at the end); creates missing parent folders."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            raise IsADirectoryError(21, "Is a directory", str(path))
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}."):
+            pass
+    except OSError as exc:
+        in_way = isinstance(exc, FileExistsError | NotADirectoryError)
+        why = f"a file is in the way: {exc.filename}" if in_way else exc.strerror
+        raise ReproError(f"{path}: cannot write there ({why})") from None

@@ -20,8 +20,6 @@ Readers accept the current schema version and reject others with a message namin
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import os
@@ -35,12 +33,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from harness import metric_names as mn
 from harness.config import read_json, validate
 from harness.engine_spec import CONFIG_KEY_NAMES, RUN_1, RUN_1_AS_2, EngineSpec, legacy_engine_spec
-from harness.errors import ReproError, RunError
-from harness.paths import check_not_run_record  # noqa: F401 - its home before paths.py
+from harness.errors import RunError
+from harness.paths import check_not_run_record, check_writable  # noqa: F401 - lived here first
+from harness.text import rows_to_csv
 
 RUN_SCHEMA: Final = "repro.run/2"
 POINT_SCHEMA: Final = "repro.point/1"
-SUMMARY_SCHEMA: Final = "repro.summary/1"
+SUMMARY_SCHEMA: Final = "repro.summary/2"  # /2: the calibration of a simulated run
+UNCALIBRATED: Final = "uncalibrated"  # a simulated run on the roofline defaults
 
 
 # --------------------------------------------------------------------------- metric catalogue
@@ -390,10 +390,23 @@ class RunManifest(_Record):
         record = self.engine_record()
         return bool(record and record.simulated)
 
+    @property
+    def calibration(self) -> str | None:
+        """A simulated run's step-cost calibration, as its summary, report and figures name it:
+        the calibration file's stem, or "uncalibrated" (the roofline defaults). None for a real
+        run, or a simulated one that recorded neither (docs/results.md, "Summaries")."""
+        offline = (self.build or {}).get("calibration")  # repro simulate
+        served = (self.launch or {}).get("sim")  # a sim server's facts: repro sweep --engine sim
+        for facts, key in ((offline, "path"), (served, "calibration")):
+            if self.simulated and isinstance(facts, dict) and key in facts:
+                return Path(facts[key]).stem if facts[key] else UNCALIBRATED
+        return None
+
 
 class RunSummary(_Record):
-    schema_version: Literal["repro.summary/1"] = SUMMARY_SCHEMA
+    schema_version: Literal["repro.summary/2"] = SUMMARY_SCHEMA
     run_id: str
+    calibration: str | None = None  # RunManifest.calibration (None: a real run)
     rows: list[dict[str, Any]]  # one per point: ids, validity, every METRICS key
     # --repeats N > 1: per (parallel, number) median and CI of each metric over valid repeats
     aggregates: list[dict[str, Any]] = Field(default_factory=list)
@@ -429,21 +442,6 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise OSError(exc.errno, f"cannot write ({why}{blocker})", str(path)) from None
 
 
-def check_writable(path: Path) -> None:
-    """Fail now, naming ``path``, when a file cannot be written there (before hours of work
-    whose record would be lost at the end); creates missing parent folders."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_dir():
-            raise IsADirectoryError(21, "Is a directory", str(path))
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}."):
-            pass
-    except OSError as exc:
-        in_way = isinstance(exc, FileExistsError | NotADirectoryError)
-        why = f"a file is in the way: {exc.filename}" if in_way else exc.strerror
-        raise ReproError(f"{path}: cannot write there ({why})") from None
-
-
 def _write_replace(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -476,18 +474,6 @@ def atomic_write_json(path: Path, data: Any) -> None:
         data = data.model_dump(mode="json")
     text = json.dumps(json_safe(data), indent=2, sort_keys=False, allow_nan=False)
     atomic_write_text(path, text + "\n")
-
-
-def rows_to_csv(rows: list[dict[str, Any]]) -> str:
-    columns: list[str] = []
-    for row in rows:
-        columns.extend(key for key in row if key not in columns)
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    return buffer.getvalue()
 
 
 # --------------------------------------------------------------------------- layout
@@ -527,7 +513,7 @@ class RunLayout:
         return self.point_dir(pid) / "evalscope"
 
 
-def summary_row(point: PointRecord) -> dict[str, Any]:
+def summary_row(point: PointRecord, calibration: str | None = None) -> dict[str, Any]:
     row: dict[str, Any] = {
         "point_id": point.point_id,
         "label": point.label,
@@ -538,14 +524,19 @@ def summary_row(point: PointRecord) -> dict[str, Any]:
         "invalid_reasons": "; ".join(point.invalid_reasons),
         "samples": point.samples,
     }
+    if calibration is not None:  # a simulated run's, in every row: summary.csv is flat
+        row["calibration"] = calibration
     for key in METRICS:
         row[key] = point.metrics.get(key)
     return row
 
 
 def write_summary(layout: RunLayout, run_id: str, points: list[PointRecord]) -> RunSummary:
-    rows = [summary_row(p) for p in sorted(points, key=lambda p: (p.parallel, p.number, p.repeat))]
-    summary = RunSummary(run_id=run_id, rows=rows)
+    """summary.json and summary.csv from the points and the run's manifest (written first)."""
+    cal = read_manifest(layout.root).calibration if layout.manifest.is_file() else None
+    ordered = sorted(points, key=lambda p: (p.parallel, p.number, p.repeat))
+    rows = [summary_row(p, cal) for p in ordered]
+    summary = RunSummary(run_id=run_id, calibration=cal, rows=rows)
     atomic_write_json(layout.summary_json, summary)
     atomic_write_text(layout.summary_csv, rows_to_csv(rows))
     return summary

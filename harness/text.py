@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 from collections.abc import Iterable
+from typing import Any
 
 
 def fmt_number(
@@ -58,3 +61,15 @@ def int_ranges(values: Iterable[int], *, sort: bool = True) -> str:
     if start is not None:
         parts.append(f"{start}-{prev}" if start != prev else f"{start}")
     return ", ".join(parts)
+
+
+def rows_to_csv(rows: list[dict[str, Any]]) -> str:
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(key for key in row if key not in columns)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buffer.getvalue()
