@@ -34,11 +34,12 @@ def export_cmd(run_dir: Path, fmt: str, out: Path | None, slo: str | None) -> No
     from harness.analysis.export import export_run
     from harness.analysis.slo import parse_slo
     from harness.results import atomic_write_text, check_not_run_record, load_run
+    from harness.run.config import configured_objectives
 
     if out is not None:
         check_not_run_record(out, "--out")
     run = load_run(run_dir)
-    text = slo or run.manifest.sweep.get("slo")
+    text = slo or configured_objectives(run.manifest)
     objectives = parse_slo(text, source="--slo" if slo else "sweep.slo") if text else None
     data = export_run(run, fmt, objectives)
     if out is None:

@@ -53,6 +53,7 @@ from harness.errors import ReproError
 from harness.gate import outcome
 from harness.paths import CLAIMS_DIR
 from harness.results import METRICS, PointRecord, Run, load_run
+from harness.run.config import configured_gpus
 
 OPS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge,
@@ -316,7 +317,7 @@ def run_claims(
         first = runs[0] if runs else (load_run(next(iter(explicit.values()))) if explicit else None)
         if first is None:
             raise ReproError("give at least one run")
-        gpus = int((first.manifest.profile or {}).get("gpus", 1) or 0)
+        gpus = configured_gpus(first.manifest)
         claims_path = default_claims_path(gpus, first.manifest.profile_name)
     claims = load_claims(claims_path)
     mapping, notes = match_runs(claims, runs, explicit)

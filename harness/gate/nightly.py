@@ -128,7 +128,7 @@ def merge_rerun(first: RunView, rerun: RunView) -> RunView:
         first.profile_name,
         first.status,
         first.workload,
-        first.workload_key,
+        first.configuration_key,
         points,
         first.serve,
         first.build,

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from harness.config import load_yaml
 from harness.paths import LAUNCH_DIR
 from harness.results import METRICS, Run
+from harness.run.config import configured_gpus
 
 POLICIES_DIR = LAUNCH_DIR / "policies"
 DEFAULT_GPU_POLICY = POLICIES_DIR / "default.yaml"
@@ -110,5 +111,6 @@ def choose_regression_policy(candidate: Run, policy_path: Path | str | None) -> 
     """The given regression policy file, else the default for the candidate's hardware (CPU or GPU)."""
     if policy_path is not None:
         return load_regression_policy(policy_path)
-    gpus = (candidate.manifest.profile or {}).get("gpus", candidate.manifest.gpus)
-    return load_regression_policy(default_regression_policy_path(int(gpus or 0)))
+    return load_regression_policy(
+        default_regression_policy_path(configured_gpus(candidate.manifest))
+    )

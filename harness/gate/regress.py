@@ -7,8 +7,8 @@ their *workload* is the same: dataset checksum, the sweep's points, offset, outp
 ignore_eos, multi-turn/max-turns and the per-GPU divisor
 (:func:`harness.identity.workload_identity`).
 Serve flags and the build may differ - that is what a regression test compares. (The
-manifest's ``workload_key``, the configuration key, also hashes serve flags and build, so it is
-reported, not required.)
+manifest's configuration key (:func:`harness.identity.configuration_key`) also hashes serve flags
+and build, so a difference is reported, not refused.)
 
 Values. A point's value is the median over its repeats; a history baseline's value is the
 median over the last N accepted runs of each run's value.
@@ -81,7 +81,7 @@ class RunView:
     profile_name: str
     status: str
     workload: dict[str, Any]
-    workload_key: str  # the manifest's configuration key (harness.identity.configuration_key)
+    configuration_key: str  # harness.identity.configuration_key, as the manifest recorded it
     points: dict[tuple[int, int], PointValues]
     serve: dict[str, Any] = field(default_factory=dict)
     build: str | None = None
@@ -102,7 +102,8 @@ def view_from_parts(
         profile_name=manifest_data.get("profile_name", "?"),
         status=manifest_data.get("status", "?"),
         workload=workload_identity(manifest_data),
-        workload_key=manifest_data.get("configuration_key")
+        # repro.run/1 manifests (and history rows holding one) named it workload_key
+        configuration_key=manifest_data.get("configuration_key")
         or manifest_data.get("workload_key", ""),
         points=group_rows(rows),
         serve=dict(profile.get("serve") or {}),
@@ -305,9 +306,9 @@ def check_comparable(candidate: RunView, baselines: Sequence[RunView]) -> list[s
             problems.append(f"baseline {base.name} lacks points {labels} of {candidate.name}")
         if base.profile_name != candidate.profile_name:
             notes.append(f"profiles differ: {base.profile_name} vs {candidate.profile_name}")
-        if base.workload_key != candidate.workload_key:
+        if base.configuration_key != candidate.configuration_key:
             notes.append(
-                f"workload_key differs from {base.name} (serve flags or build differ; "
+                f"configuration key differs from {base.name} (serve flags or build differ; "
                 "the client workload is the same)"
             )
     for run in (candidate, *baselines):

@@ -19,6 +19,7 @@ from harness.analysis.slo import Objectives
 from harness.coherence import coherence_line
 from harness.report.figures import run_series
 from harness.results import METRICS, PointRecord, Run
+from harness.run.config import configured_objectives, configured_sweep
 from harness.text import fmt_number
 
 
@@ -180,7 +181,7 @@ def provenance(run: Run) -> list[tuple[str, str, bool]]:
         ("configuration key", m.configuration_key, False),
         ("client", f"{client.get('name', '?')} {client.get('version', '?')}", False),
         ("client command", _pretty(client.get("command") or client.get("command_template")), True),
-        ("sweep", _pretty(m.sweep), True),
+        ("sweep", _pretty(configured_sweep(m)), True),
         ("GPUs (per-GPU divisor)", str(m.gpus), False),
         ("host", _pretty(m.host), True),
         ("launch", _pretty(m.launch), True),
@@ -221,7 +222,7 @@ def slo_rows(runs: Sequence[Run], objectives: Objectives | None = None) -> list[
     Runs without objectives are left out."""
     rows = []
     for run in runs:
-        recorded = run.manifest.sweep.get("slo")
+        recorded = configured_objectives(run.manifest)
         if objectives is None and not recorded:
             continue
         text = objectives.text() if objectives is not None else str(recorded)

@@ -31,6 +31,7 @@ from harness.analysis.point_table import point_table
 from harness.dataset.thinktime import ThinkTime
 from harness.report.per_turn import by_turn
 from harness.results import Run
+from harness.run.config import configured_think_time
 
 DEFAULT_TTFT_PARALLEL = 32
 PALETTE = ("#1b9e77", "#7570b3", "#d95f02", "#e7298a", "#66a61e", "#e6ab02", "#a6761d")
@@ -77,7 +78,7 @@ class StudySeries:
 
 
 def run_think_time(run: Run) -> ThinkTime:
-    return ThinkTime.model_validate(run.manifest.sweep.get("think_time") or {})
+    return configured_think_time(run.manifest)
 
 
 def _median_by_parallel(run: Run, key: str) -> dict[int, float]:

@@ -10,6 +10,11 @@ from harness.serve.run_config import (
     ServerConfig,
     WorkloadConfig,
     build_run_config,
+    configured_gpus,
+    configured_objectives,
+    configured_sweep,
+    configured_think_time,
+    readable_config,
     run_config,
 )
 
@@ -22,5 +27,10 @@ __all__ = [
     "ServerConfig",
     "WorkloadConfig",
     "build_run_config",
+    "configured_gpus",
+    "configured_objectives",
+    "configured_sweep",
+    "configured_think_time",
+    "readable_config",
     "run_config",
 ]

@@ -6,8 +6,14 @@ Its parts: the engine (its typed arguments), the server (the resolved profile bu
 and the ``--set`` overrides), the workload (its name, its digest and the fields the client
 sends), the client (dataset, scrape and pacing settings, repeats, points, port), the coherence
 check (the profile's block and ``--coherence-against``), the gates (``--fail-fast``,
-``--allow-incoherent``, the objectives) and the environment variables that were set. A manifest written before the field existed has it
-derived from its other fields when read (:func:`run_config`); its file is never rewritten.
+``--allow-incoherent``, the objectives) and the environment variables that were set. A manifest
+written before the field existed has it derived from its other fields when read
+(:func:`run_config`); its file is never rewritten.
+
+Written by ``repro sweep`` and ``repro simulate``; read by ``--resume`` (:func:`run_config`,
+strictly) and by ``report``, ``regress``, ``export`` and ``claims`` through
+:func:`readable_config` and the ``configured_*`` readers, which also read a record too partial
+to derive one from (hand-made or truncated manifests), as having no objectives or think time.
 """
 
 from __future__ import annotations
@@ -17,11 +23,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.config import validation_message
+from harness.dataset.thinktime import NO_THINK_TIME, ThinkTime
 from harness.engine_spec import EngineSpec
 from harness.errors import RunError
 from harness.results import RunManifest
 from harness.serve.profiles import RUNNER_FIELDS, Profile
-from harness.serve.workloads import WORKLOAD_FIELDS, WorkloadSpec, workload_digest
+from harness.serve.workloads import (
+    WORKLOAD_FIELDS,
+    WorkloadFields,
+    WorkloadSpec,
+    workload_digest,
+)
 
 RUN_CONFIG_SCHEMA = "repro.runconfig/1"
 
@@ -83,6 +95,10 @@ class RunConfig(_Strict):
     gates: GateConfig
     # the variables of harness.env's table that were set (docs/workloads.md §4; older: none)
     environment: dict[str, str] = Field(default_factory=dict)
+
+    def client_workload(self) -> WorkloadFields:
+        """What the client sent, typed (points, think time, objectives, ...)."""
+        return WorkloadFields.model_validate(self.workload.fields)
 
     def profile(self) -> Profile:
         """The resolved profile again: the server's fields, the sweep rebuilt from the workload
@@ -164,3 +180,46 @@ def _derived(manifest: RunManifest, source: str) -> RunConfig:
         repeats=manifest.repeats,
         coherence_against=manifest.coherence_against,
     )
+
+
+# --------------------------------------------------------------------------- readers
+
+
+def readable_config(manifest: RunManifest, source: str = "manifest.json") -> RunConfig | None:
+    """The run configuration for the readers of finished runs: as stored (a stored one that
+    does not validate is an error, as for ``--resume``), else derived; None for an older
+    manifest without what one is derived from (its profile or sweep only partly recorded)."""
+    if manifest.run_config is not None:
+        return run_config(manifest, source)
+    try:
+        return _derived(manifest, source)
+    except RunError:
+        return None
+
+
+def configured_objectives(manifest: RunManifest) -> str | None:
+    """The latency objectives the run was configured with (the workload's `slo`)."""
+    config = readable_config(manifest)
+    return config.gates.slo if config else None
+
+
+def configured_think_time(manifest: RunManifest) -> ThinkTime:
+    """The pauses the client made between turns (none for a record without a configuration)."""
+    config = readable_config(manifest)
+    return config.client_workload().think_time if config else NO_THINK_TIME
+
+
+def configured_sweep(manifest: RunManifest) -> dict[str, Any]:
+    """The resolved sweep as recorded (the workload's fields and the runner's settings), for
+    display; a record without a configuration shows its manifest's `sweep` as written."""
+    config = readable_config(manifest)
+    return config.profile().sweep.model_dump(mode="json") if config else manifest.sweep
+
+
+def configured_gpus(manifest: RunManifest) -> int:
+    """The profile's GPU count, 0 for a CPU profile (the manifest's `gpus` is the per-GPU
+    divisor, never below 1)."""
+    config = readable_config(manifest)
+    if config is not None:
+        return config.profile().gpus
+    return int(manifest.profile.get("gpus", manifest.gpus) or 0)

@@ -182,7 +182,7 @@ def test_incomparable_inputs_raise_with_the_reason():
         evaluate(synthetic_view("c", rng, sigma=0.0, status="failed"), [base], GPU_POLICY)
     # Different serve flags (the thing under test) are comparable, and say so.
     other = synthetic_view("c", rng, sigma=0.0, serve={"max-model-len": 1920})
-    assert any("workload_key differs" in n for n in evaluate(other, [base], GPU_POLICY).notes)
+    assert any("configuration key differs" in n for n in evaluate(other, [base], GPU_POLICY).notes)
 
 
 # --------------------------------------------------------------------------- the CLI
