@@ -23,6 +23,10 @@ class AttachedServer:
         self._served: str | None = None
 
     @property
+    def metrics_url(self) -> str:
+        return f"{self.base_url}/metrics"
+
+    @property
     def served_model_name(self) -> str:
         if self._served is None:
             try:
@@ -58,5 +62,5 @@ class AttachedServer:
             )
         except (requests.RequestException, ValueError):
             record["models"] = None
-        record.update(live_facts(self.base_url))
+        record.update(live_facts(self.base_url, self.metrics_url))
         return record

@@ -16,8 +16,9 @@ def loopback_session() -> requests.Session:
     return session
 
 
-def live_facts(base_url: str) -> dict[str, Any]:
-    """/version and the cache-config info labels (`metric_names.CACHE_CONFIG_INFO`) from a running server."""
+def live_facts(base_url: str, metrics_url: str) -> dict[str, Any]:
+    """/version and the cache-config info labels (`metric_names.CACHE_CONFIG_INFO`) from a
+    running server: its base URL and the metrics endpoint it names (`Server.metrics_url`)."""
     http = loopback_session()
     facts: dict[str, Any] = {}
     try:
@@ -25,9 +26,7 @@ def live_facts(base_url: str) -> dict[str, Any]:
     except (requests.RequestException, ValueError):
         facts["version"] = None
     try:
-        facts["cache_config_info"] = cache_config_labels(
-            http.get(f"{base_url}/metrics", timeout=10).text
-        )
+        facts["cache_config_info"] = cache_config_labels(http.get(metrics_url, timeout=10).text)
     except (requests.RequestException, ValueError):
         facts["cache_config_info"] = []
     return facts

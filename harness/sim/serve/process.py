@@ -1,8 +1,9 @@
 """`SimServer`: the simulated server with a vLLM server's lifecycle (the run layer's `Server`).
 
-It reuses `VllmServer`'s life: own session/process group, readiness (/health, /v1/models listing
-the served name, one warm-up completion), log file, teardown SIGINT -> SIGTERM -> SIGKILL over
-the group, atexit stop. Only the command differs: `python -m harness.cli sim serve ...`.
+Its life is `harness.serve.lifecycle.OwnedServer`'s, as for vLLM: own session/process group,
+readiness (/health, /v1/models listing the served name, one warm-up completion), log file,
+teardown SIGINT -> SIGTERM -> SIGKILL over the group, atexit stop. It supplies only its launch
+(`python -m harness.cli sim serve ...`, no device check) and its provenance.
 """
 
 from __future__ import annotations
@@ -11,20 +12,23 @@ import json
 import os
 import shlex
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness import env as harness_env
 from harness.paths import REPO_ROOT
+from harness.serve.lifecycle import Launch, OwnedServer
 from harness.serve.profiles import Profile
-from harness.serve.server import VllmServer, host_facts
+from harness.serve.provenance import host_facts
 
 SIM_READY_TIMEOUT_S = 900.0  # a first start encodes the dataset (~1 min on 2 busy cores)
 
 
-class SimServer(VllmServer):
+class SimServer(OwnedServer):
+    what = "sim server"
+    workdir_tag = "sim"
+
     def __init__(
         self,
         profile: Profile,
@@ -45,9 +49,6 @@ class SimServer(VllmServer):
         self.dataset = dataset
         self.extra_args = list(extra_args)
         self.overrides = list(overrides)
-
-    def _check_devices(self) -> None:
-        """The simulated engine needs no GPU."""
 
     def sim_command(self) -> list[str]:
         cmd = [
@@ -71,16 +72,13 @@ class SimServer(VllmServer):
             cmd += ["--set", item]
         return cmd + self.extra_args
 
-    def _launch(self) -> None:
-        self.command = self.sim_command()
-        self._tmpdir = Path(tempfile.mkdtemp(prefix=f"repro-sim-{self.port}-"))
+    def launch(self, workdir: Path) -> Launch:
         env = harness_env.for_child()
         env["PYTHONPATH"] = os.pathsep.join(
             [str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])]
         )
         env.setdefault("HF_HUB_OFFLINE", "1")
-        self.env = env
-        self._spawn("sim server")
+        return Launch(command=self.sim_command(), env=env)
 
     def provenance(self) -> dict[str, Any]:
         facts = {}
@@ -100,7 +98,7 @@ class SimServer(VllmServer):
             "sim_args": list(self.extra_args),
             "sim": facts,
             "host": host_facts(),
-            "started_at": self._started_at,
-            "ready_seconds": self._ready_seconds,
+            "started_at": self.started_at,
+            "ready_seconds": self.ready_seconds,
             "log_path": str(self.log_path),
         }
