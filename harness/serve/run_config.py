@@ -210,10 +210,12 @@ def configured_think_time(manifest: RunManifest) -> ThinkTime:
 
 
 def configured_sweep(manifest: RunManifest) -> dict[str, Any]:
-    """The resolved sweep as recorded (the workload's fields and the runner's settings), for
-    display; a record without a configuration shows its manifest's `sweep` as written."""
-    config = readable_config(manifest)
-    return config.profile().sweep.model_dump(mode="json") if config else manifest.sweep
+    """The resolved sweep (the workload's fields and the runner's settings), for display; a
+    manifest older than the stored configuration shows its `sweep` as written (a derived one
+    would add the fields introduced since, with their defaults)."""
+    if manifest.run_config is None:
+        return manifest.sweep
+    return run_config(manifest).profile().sweep.model_dump(mode="json")
 
 
 def configured_gpus(manifest: RunManifest) -> int:
