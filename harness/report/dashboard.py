@@ -47,6 +47,7 @@ from harness.paths import dashboards_dir, results_dir
 from harness.report.figures import Series, figure_title, load_published, pareto_figure, run_series
 from harness.report.per_turn import per_turn_figures
 from harness.report.predicted import predicted_tables
+from harness.report.series import simulated_label
 from harness.report.tables import (
     curve_table,
     fmt_cell,
@@ -58,7 +59,7 @@ from harness.report.tables import (
 from harness.report.think_time import CAPTION as THINK_TIME_CAPTION
 from harness.report.think_time import think_time_figure
 from harness.report.timeseries import timeseries_figures
-from harness.results import Run, atomic_write_text, load_run
+from harness.results import UNCALIBRATED, Run, atomic_write_text, load_run
 
 TEMPLATES = Path(__file__).with_name("templates")
 _ENV = jinja2.Environment(
@@ -176,6 +177,16 @@ def run_workload_id(run: Run) -> str:
     return workload_id(workload_identity(run.manifest.model_dump(mode="json")))
 
 
+def simulated_text(run: Run) -> str:
+    """How the header names a simulated run's step cost: its calibration, or uncalibrated
+    (the roofline defaults); empty for a real run."""
+    if not run.manifest.simulated:
+        return ""
+    calibration = run.manifest.calibration
+    label = simulated_label(calibration)
+    return f"{label} (roofline defaults)" if calibration == UNCALIBRATED else label
+
+
 def _run_rows(runs: Sequence[Run], series: Sequence[Series]) -> list[dict[str, Any]]:
     return [
         {
@@ -185,6 +196,7 @@ def _run_rows(runs: Sequence[Run], series: Sequence[Series]) -> list[dict[str, A
             "points": len(s.points),
             "invalid": sum(not p.valid for p in s.points),
             "workload": run_workload_id(run),
+            "engine": simulated_text(run),
             "provenance": provenance(run),
         }
         for run, s in zip(runs, series, strict=True)

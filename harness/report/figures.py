@@ -16,6 +16,10 @@ distribution-free confidence interval (`harness.analysis.stats.median_ci`) as er
 Invalid points are drawn as hollow crosses with their reasons on hover, and never join a line
 or the frontier.
 
+A simulated series whose points carry the calibration's 80 % prediction intervals
+(`harness.report.bands`) has a shaded band in its colour on both panels (roles ``band`` and
+``occupancy-band``), grouped with its series in the legend.
+
 Every trace carries ``meta = {"series", "role", "published"}`` so that tests and the dashboard
 can find traces without depending on their display names.
 """
@@ -35,6 +39,7 @@ from plotly.subplots import make_subplots
 from harness.analysis.frontier import frontier_mask, frontier_path
 from harness.analysis.groups import SeriesPoint, finite
 from harness.errors import ConfigError
+from harness.report.bands import occupancy_band, pareto_band
 from harness.report.series import Series, figure_title, footnote, load_published, run_series
 from harness.results import METRICS, Run
 
@@ -237,6 +242,8 @@ def pareto_figure(
     categories = sorted({p.parallel for s in [*mine, *reference] for p in s.points})
     _axes(fig, spec, categories)
     note = footnote(runs, definition) if runs else ""
+    if any(s.intervals for s in mine):
+        note += " Shaded: a simulated series' 80 % prediction interval (its calibration's fit)."
     if reference and not visible_ref:
         note += (
             " Published values (8× H200) are far above this run's scale:"
@@ -315,12 +322,22 @@ def _add_series(fig: go.Figure, series: Series, style: _Style) -> None:
         "visible": style.visible,
     }
     meta = {"series": series.name, "published": series.published}
+    name = _escape(series.name)
+    band = pareto_band(ok, series.intervals, xk, yk, color=style.color, name=name, meta=meta)
+    if band is not None:  # under the lines: a simulated series' 80 % prediction interval
+        fig.add_trace(band.update(**common), row=1, col=1)
     for trace in _line_traces(series, ok, style):
         fig.add_trace(trace.update(**common), row=1, col=1)
     fig.add_trace(_points_trace(series, ok, style, meta).update(**common), row=1, col=1)
     if bad:
         fig.add_trace(_invalid_trace(series, bad, style, meta).update(**common), row=1, col=1)
     fig.add_trace(_occupancy_trace(series, style, meta).update(**common), row=2, col=1)
+    valid = [p for p in series.points if p.valid]
+    box = occupancy_band(
+        valid, series.intervals, color=style.color, name=name, meta=meta, offsetgroup=series.name
+    )
+    if box is not None:
+        fig.add_trace(box.update(**common), row=2, col=1)
 
 
 def _line_traces(series: Series, ok: list[SeriesPoint], style: _Style) -> list[go.Scatter]:
@@ -433,6 +450,7 @@ def _occupancy_trace(series: Series, style: _Style, meta: dict[str, Any]) -> go.
         error_y=_error(occ, "occupancy"),
         hovertext=[_hover(p, series, style.xk, style.yk) for p in occ],
         hoverinfo="text",
+        offsetgroup=series.name,  # its interval box (report/bands.py) shares its slot
         meta={**meta, "role": "occupancy"},
     )
 

@@ -93,7 +93,7 @@ def predicted_table(real: Run, sim: Run) -> dict[str, Any]:
         "real": real.manifest.run_id,
         "sim": sim.manifest.run_id,
         "limit_how": how,
-        "calibration": str(((sim.manifest.build or {}).get("calibration") or {}).get("path")),
+        "calibration": sim.manifest.calibration or "not recorded",
         "columns": [label for _, label, _ in COLUMNS],
         "rows": rows,
     }

@@ -5,15 +5,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.groups import SeriesPoint, finite, series_points
+from harness.analysis.groups import Key, SeriesPoint, finite, series_points
 from harness.config import read_yaml
 from harness.errors import ConfigError
 from harness.paths import LAUNCH_DIR
-from harness.results import METRICS, Run
+from harness.report.bands import Interval, point_intervals
+from harness.results import METRICS, UNCALIBRATED, Run
 
 PUBLISHED_FILE = LAUNCH_DIR / "published" / "glm53-blog.yaml"
 
@@ -27,6 +28,8 @@ class Series:
     color: str | None = None
     marker: str | None = None
     run: Run | None = None
+    # per configured point, the simulator's 80 % intervals (report/bands.py); empty: none
+    intervals: dict[Key, dict[str, Interval]] = field(default_factory=dict)
 
 
 def build_label(build: dict[str, Any] | None) -> str | None:
@@ -44,8 +47,17 @@ def build_label(build: dict[str, Any] | None) -> str | None:
     return None
 
 
+def simulated_label(calibration: str | None) -> str:
+    """How a simulated series says what its step cost is: "simulated (glm53-h200)",
+    "simulated, uncalibrated", or plain "simulated" when the run recorded neither."""
+    if calibration == UNCALIBRATED:
+        return "simulated, uncalibrated"
+    return f"simulated ({calibration})" if calibration else "simulated"
+
+
 def run_series(runs: Sequence[Run]) -> list[Series]:
-    """One series per run, named by run id (profile name added when it differs)."""
+    """One series per run, named by run id (profile name added when it differs; a simulated
+    run's calibration, or "uncalibrated", after it)."""
     out = []
     for run in runs:
         manifest = run.manifest
@@ -53,10 +65,12 @@ def run_series(runs: Sequence[Run]) -> list[Series]:
         if manifest.profile_name and manifest.profile_name not in name:
             name = f"{name} ({manifest.profile_name})"
         if manifest.simulated:
-            name = f"{name} · simulated"
-        out.append(
-            Series(name=name, points=series_points(run), build=build_label(manifest.build), run=run)
+            name = f"{name} · {simulated_label(manifest.calibration)}"
+        series = Series(
+            name=name, points=series_points(run), build=build_label(manifest.build), run=run
         )
+        series.intervals = point_intervals(run)
+        out.append(series)
     return out
 
 
