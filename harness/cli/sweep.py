@@ -11,7 +11,8 @@ import click
 
 from harness import engines
 from harness.cli.cluster import executor_options, options_from
-from harness.cli.options import FINITE, flag, overrides_option, path_option, text_option
+from harness.cli.engine_options import EngineOptionsCommand
+from harness.cli.options import flag, overrides_option, path_option, text_option
 from harness.cluster.listing import list_runs
 from harness.cluster.records import settle_job_run
 from harness.cluster.submit import sweep_as_job
@@ -28,7 +29,7 @@ def register(group: click.Group) -> None:
     group.add_command(runs)
 
 
-@click.command()
+@click.command(cls=EngineOptionsCommand)
 @text_option(
     "--profile",
     "profile",
@@ -39,7 +40,6 @@ def register(group: click.Group) -> None:
     metavar="RECIPE|FILE",
     help="Dataset recipe name/path or a built swe_smith JSON (default: the profile's).",
 )
-@text_option("--url", help="Attach to a running OpenAI-compatible server instead of launching one.")
 @path_option(
     "--out", help="Parent folder of the run directory (default: results/ or REPRO_RESULTS)."
 )
@@ -92,23 +92,7 @@ def register(group: click.Group) -> None:
     default=engines.DEFAULT_CLI,
     show_default=True,
     help="vllm: launch the profile's build; sim: serve the simulated engine over HTTP "
-    "(no GPUs; default dataset openhands-offline).",
-)
-@click.option(
-    "--time-scale",
-    "time_scale",
-    type=FINITE,
-    default=None,
-    metavar="K",
-    help="--engine sim: virtual time runs K x faster than the wall clock; client times are "
-    "multiplied back by K [default: 2].",
-)
-@click.option(
-    "--sim-arg",
-    "sim_args",
-    multiple=True,
-    metavar="ARG",
-    help="--engine sim: extra `repro sim serve` argument, e.g. --sim-arg=--fail-rate=0.01.",
+    "(no GPUs; default dataset openhands-offline). Each engine takes its own options below.",
 )
 @flag("--no-report", help="Skip the HTML report and the figures at the end.")
 @executor_options
@@ -130,23 +114,28 @@ def sweep(no_report: bool, executor: str, no_wait: bool, **options: Any) -> None
       repro sweep --profile hisparse384 --engine sim --time-scale 4
       repro sweep --profile hisparse384 --executor slurm --slurm-partition gpu --slurm-time 8:00:00
     """
-    # Every option but the report/executor ones is a SweepRequest field of the same name; what
-    # is left after taking those is the --slurm-* group.
+    # Every option but the report/executor ones is a SweepRequest field of the same name or an
+    # engine option (the registry's); what is left after taking those is the --slurm-* group.
     names = {f.name for f in dataclasses.fields(SweepRequest)}
     given = {key: options.pop(key) for key in list(options) if key in names}
+    declared = [o for o in engines.declared_options() if o.name in options]
+    engine_options = engines.given_options({o.name: options.pop(o.name) for o in declared})
     if given["profile"] is None and given["resume"] is None:
         raise click.UsageError("Missing option '--profile' (or --resume RUN_DIR to continue a run)")
-    if given["url"] and given["port"]:
-        raise click.UsageError("--port applies to a launched server; --url already names one")
-    if given["resume"] is not None and any(
-        given[k] for k in ("overrides", "dataset", "url", "run_id", "coherence_against")
+    if given["resume"] is not None and (
+        engine_options
+        or any(given[k] for k in ("overrides", "dataset", "run_id", "coherence_against"))
     ):
+        flags = ", ".join(["--set", "--dataset", *(o.flag for o in declared), "--run-id"])
         raise click.UsageError(
-            "--resume takes its settings from the run; drop --set, --dataset, --url, --run-id "
-            "and --coherence-against"
+            f"--resume takes its settings from the run; drop {flags} and --coherence-against"
         )
     given["only_points"] = [given["only_points"]] if given["only_points"] else None
-    request = SweepRequest(**given)
+    request = SweepRequest(**given, engine_options=engine_options)
+    if request.port and request.attached_url:
+        raise click.UsageError(
+            f"--port applies to a launched server; {request.attached_url} already names one"
+        )
     slurm = options_from(executor, options)
     if slurm is None and no_wait:
         raise click.UsageError("--no-wait needs --executor slurm")

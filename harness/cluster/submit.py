@@ -82,13 +82,9 @@ def _sweep_argv(request: SweepRequest, run_id: str, out: Path, report: bool) -> 
             argv += ["--set", item]
         if request.dataset:
             argv += ["--dataset", _absolute(request.dataset)]
-        if request.url:
-            argv += ["--url", request.url]
         if request.engine != engines.DEFAULT_CLI:
             argv += ["--engine", request.engine]
-        if request.time_scale is not None:
-            argv += ["--time-scale", repr(request.time_scale)]
-        argv += [f"--sim-arg={arg}" for arg in request.sim_args]
+        argv += engines.options_argv(request.engine_options)
         if request.coherence_against:  # a resumed run keeps the one it recorded
             argv += ["--coherence-against", _absolute(request.coherence_against)]
     if request.allow_incoherent:
@@ -185,7 +181,7 @@ def _submit_group(group: list[Prepared], options: SlurmOptions) -> list[Submitte
     try:
         with executor.batch():
             for prep in group:
-                pick_port = not prep.request.url and not prep.request.port
+                pick_port = not prep.request.attached_url and not prep.request.port
                 args = (prep.argv, env, str(prep.run_dir), pick_port, prep.resume_argv)
                 jobs.append(executor.submit(sweep_job, *args))
     except Exception as exc:  # noqa: BLE001 - sbatch's refusal, in its own words

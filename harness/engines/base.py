@@ -1,21 +1,22 @@
 """The engine interface: what the sweep needs from whatever serves (or simulates) the model.
 
-An `Engine` is stateless and registered once (`harness.engines.registry`); it turns the
-command line's engine options into its typed `EngineArgs`, checks what can fail before a run
-directory exists, starts (or attaches to) a `Server`, and says how the run must treat it
-(restart it when it dies? judge its replies? does it need GPUs?). The sweep asks these
-questions instead of comparing names, so a new engine is one module and one `register` call.
+An `Engine` is stateless and registered once (`harness.engines.registry`); it declares the
+command-line options it accepts (`EngineOption`) and turns the ones given into its typed
+`EngineArgs`, checks what can fail before a run directory exists, starts (or attaches to) a
+`Server`, and says how the run must treat it (restart it when it dies? judge its replies? does
+it need GPUs?). The sweep asks these questions instead of comparing names, so a new engine is
+one module and one `register` call (docs/engines.md §4).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness.engine_spec import EngineSpec
 from harness.errors import ConfigError, ServerError
@@ -32,6 +33,11 @@ class Server(Protocol):
 
     @property
     def base_url(self) -> str: ...
+
+    @property
+    def metrics_url(self) -> str:
+        """The Prometheus endpoint the scraper polls during a point."""
+        ...
 
     @property
     def served_model_name(self) -> str: ...
@@ -55,20 +61,28 @@ class EngineArgs(BaseModel):
 
 
 @dataclass(frozen=True)
-class EngineOptions:
-    """The engine options a sweep was given on the command line (each engine accepts some)."""
+class EngineOption:
+    """One `repro sweep` option an engine accepts (docs/engines.md §3).
 
-    url: str | None = None  # --url
-    time_scale: float | None = None  # --time-scale
-    sim_args: tuple[str, ...] = ()  # --sim-arg
-    sim_overrides: tuple[str, ...] = ()  # --set sim.PARAM=VALUE
+    `name` is its key among the options a sweep is given (click's parameter name, and a keyword
+    of `SweepRequest`); `flag` is what the user types. With `multiple` it repeats and its value
+    is a sequence. `set_prefix`: it is no flag of its own but the `--set` items that start with
+    the prefix (`--set sim.PARAM=VALUE`). `selects`: given with the default `--engine`, it
+    chooses the engine that declares it (`--url` attaches instead of launching)."""
 
-    def reject_sim_options(self) -> None:
-        """The error of an engine that accepts none of the simulated server's options."""
-        if self.time_scale is not None or self.sim_args:
-            raise ConfigError("--time-scale and --sim-arg apply to --engine sim only")
-        if self.sim_overrides:
-            raise ConfigError("--set sim.PARAM=VALUE applies to --engine sim only")
+    name: str
+    flag: str
+    value_type: type[str | float | int]
+    help: str
+    multiple: bool = False
+    metavar: str | None = None
+    set_prefix: str | None = None
+    selects: bool = False
+
+    @property
+    def shown(self) -> str:
+        """The option as the user writes it (for errors)."""
+        return f"--set {self.set_prefix}PARAM=VALUE" if self.set_prefix else self.flag
 
 
 @dataclass(frozen=True)
@@ -95,15 +109,25 @@ class Engine(ABC):
     needs_gpus: ClassVar[bool] = True
     served: ClassVar[bool] = True  # reached over HTTP by the client (False: in process)
 
-    def args_from_options(self, options: EngineOptions) -> EngineArgs:
-        """The typed arguments for these options, or a ConfigError naming the one it refuses.
-        The default accepts no option at all."""
-        options.reject_sim_options()
-        if options.url:
-            raise ConfigError(
-                f"--engine {self.cli_name or self.kind} launches a server; --url attaches to one"
-            )
-        return self.args_model(kind=self.kind)
+    options: ClassVar[tuple[EngineOption, ...]] = ()  # the `repro sweep` options it accepts
+
+    def args_from_options(self, values: Mapping[str, Any]) -> EngineArgs:
+        """The typed arguments for the options given, by name. Only this engine's own options
+        arrive here: the registry refuses any other before. The default passes them to
+        `args_model` field by field (an invalid value is a ConfigError naming its flag)."""
+        try:
+            return self.args_model.model_validate({**values, "kind": self.kind})
+        except ValidationError as exc:
+            raise self.invalid(exc) from None
+
+    def invalid(self, exc: ValidationError) -> ConfigError:
+        """A one-line error for the first invalid option value (its flag, the value, why)."""
+        error = exc.errors()[0]
+        name = str(error["loc"][0]) if error["loc"] else self.kind
+        flag = next((o.shown for o in self.options if o.name == name), name)
+        value = error.get("input")
+        shown = "" if isinstance(value, dict) else f" {value!r}"
+        return ConfigError(f"{flag}{shown}: {error['msg']} (engine {self.kind})")
 
     def args_from_spec(self, spec: EngineSpec) -> EngineArgs:
         """The typed arguments a run recorded (its manifest's engine_spec)."""

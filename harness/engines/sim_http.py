@@ -3,11 +3,12 @@ like a vLLM server; `repro sweep --engine sim`. No GPUs, no real tokens."""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
-from harness.engines.base import Engine, EngineArgs, EngineOptions, Server, StartContext
+from harness.engines.base import Engine, EngineArgs, EngineOption, Server, StartContext
 from harness.errors import ConfigError
 from harness.serve.profiles import Profile
 from harness.sim.serve.process import SimServer
@@ -31,16 +32,46 @@ class SimHttpEngine(Engine):
     machine_preflight = False
     needs_gpus = False
 
-    def args_from_options(self, options: EngineOptions) -> EngineArgs:
-        if options.url:
-            raise ConfigError("--engine sim launches the simulated server; --url attaches to one")
-        if options.time_scale is not None and not options.time_scale > 0:
-            raise ConfigError(f"--time-scale {options.time_scale!r}: must be > 0")
-        return SimHttpArgs(
-            time_scale=float(options.time_scale or DEFAULT_TIME_SCALE),
-            sim_args=list(options.sim_args),
-            overrides=list(options.sim_overrides),
-        )
+    options = (
+        EngineOption(
+            "time_scale",
+            "--time-scale",
+            float,
+            "virtual time runs K x faster than the wall clock; client times are multiplied "
+            f"back by K [default: {DEFAULT_TIME_SCALE:g}].",
+            metavar="K",
+        ),
+        EngineOption(
+            "sim_args",
+            "--sim-arg",
+            str,
+            "extra `repro sim serve` argument, e.g. --sim-arg=--fail-rate=0.01.",
+            multiple=True,
+            metavar="ARG",
+        ),
+        EngineOption(
+            "sim_overrides",
+            "--set",
+            str,
+            "a simulator parameter for this run (recorded with the run).",
+            multiple=True,
+            set_prefix="sim.",
+        ),
+    )
+
+    def args_from_options(self, values: Mapping[str, Any]) -> EngineArgs:
+        time_scale = values.get("time_scale", DEFAULT_TIME_SCALE)
+        if isinstance(time_scale, int | float) and not time_scale > 0:
+            raise ConfigError(f"--time-scale {time_scale!r}: must be > 0")
+        fields = {
+            "time_scale": time_scale,
+            "sim_args": list(values.get("sim_args", ())),
+            "overrides": list(values.get("sim_overrides", ())),
+        }
+        try:
+            return SimHttpArgs.model_validate(fields)
+        except ValidationError as exc:
+            raise self.invalid(exc) from None
 
     def default_dataset(self, profile: Profile) -> str:
         # the GLM recipes need the hub's tokenizer; the simulated engine runs offline

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 from urllib.parse import urlparse
 
-from harness.engines.base import Engine, EngineArgs, EngineOptions, Server, StartContext
+from harness.engines.base import Engine, EngineArgs, EngineOption, Server, StartContext
 from harness.errors import ConfigError, ServerError
 from harness.serve.attached import AttachedServer
 from harness.serve.profiles import Profile
@@ -34,12 +35,20 @@ class UrlEngine(Engine):
     args_model = UrlArgs
     launches = False
     machine_preflight = True  # the doctor checks what applies to an attached server
+    options = (
+        EngineOption(
+            "url",
+            "--url",
+            str,
+            "Attach to a running OpenAI-compatible server instead of launching one.",
+            selects=True,
+        ),
+    )
 
-    def args_from_options(self, options: EngineOptions) -> EngineArgs:
-        options.reject_sim_options()
-        if not options.url:
+    def args_from_options(self, values: Mapping[str, Any]) -> EngineArgs:
+        if not values.get("url"):
             raise ConfigError("engine url needs --url")
-        return UrlArgs(url=options.url)
+        return UrlArgs(url=values["url"])
 
     def attached_url(self, args: EngineArgs) -> str | None:
         assert isinstance(args, UrlArgs)

@@ -112,7 +112,7 @@ def measure(
         timeout_s=min(spec.point_timeout_s, 600.0),
     )
     # The scrape period is virtual time too: K x faster keeps the samples per point.
-    scraper = Scraper(f"{server.base_url}/metrics", spec.scrape_interval_s / time_scale)
+    scraper = Scraper(server.metrics_url, spec.scrape_interval_s / time_scale)
     scraper.scrape_now()  # start sample: after the warm-up, before the first request
     scraper.start()
     log_path = pdir / "client.log"

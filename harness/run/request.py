@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from harness import engines
 from harness import env as harness_env
-from harness.engines import Engine, EngineArgs, EngineOptions
+from harness.engines import Engine, EngineArgs
 from harness.errors import ConfigError, RunError
 from harness.names import check_name
 from harness.paths import results_dir
@@ -23,13 +25,14 @@ from harness.serve.watchdog import group_alive
 
 
 @dataclass(frozen=True)
-class SweepRequest:
-    """Everything `repro sweep` was asked to do (`profile` is a name, a YAML path or a Profile)."""
+class _SweepFields:
+    """Everything `repro sweep` was asked to do (`profile` is a name, a YAML path or a Profile).
+    `engine_options` holds the engine options given, by name (each engine declares its own:
+    docs/engines.md §3); `SweepRequest` also takes them as keywords."""
 
     profile: str | Profile | None = None
     overrides: Sequence[str] = ()
     dataset: str | None = None
-    url: str | None = None
     out: Path | None = None
     run_id: str | None = None
     resume: Path | None = None
@@ -41,11 +44,11 @@ class SweepRequest:
     allow_incoherent: bool = False  # count the points even when the coherence check fails
     coherence_against: str | None = None  # a run dir or an arm, instead of the profile's reference
     engine: str = engines.DEFAULT_CLI  # `--engine`: a registered engine's cli_name
-    time_scale: float | None = None  # engine sim: virtual time K x faster than the wall clock
-    sim_args: Sequence[str] = ()  # engine sim: extra `repro sim serve` arguments (faults, ...)
+    engine_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.engine_choice()  # which options go with which engine: each engine checks its own
+        object.__setattr__(self, "engine_options", engines.given_options(self.engine_options))
+        self.engine_choice()  # which options go with which engine: the registry's one check
         if self.run_id is not None:  # the one gate for names (harness/names.py)
             check_name(self.run_id, "--run-id")
         if self.repeats < 1:
@@ -53,13 +56,28 @@ class SweepRequest:
 
     def engine_choice(self) -> tuple[Engine, EngineArgs]:
         """The engine this request names and its typed arguments (a ConfigError otherwise)."""
-        options = EngineOptions(
-            url=self.url,
-            time_scale=self.time_scale,
-            sim_args=tuple(self.sim_args),
-            sim_overrides=tuple(o for o in self.overrides if o.startswith("sim.")),
-        )
-        return engines.resolve_options(self.engine, options)
+        _profile_sets, engine_sets = engines.split_overrides(self.overrides)
+        return engines.resolve_options(self.engine, {**self.engine_options, **engine_sets})
+
+    @property
+    def attached_url(self) -> str | None:
+        """The URL of the server the request attaches to (None: its engine launches one)."""
+        engine, args = self.engine_choice()
+        return engine.attached_url(args)
+
+
+class SweepRequest(_SweepFields):
+    """A sweep's request. Keywords that are not fields are engine options by name
+    (`SweepRequest("cpu-tiny", url=...)`, `engine="sim", time_scale=4`), checked against
+    what the chosen engine declares."""
+
+    def __init__(self, *args: Any, engine_options: Mapping[str, Any] | None = None, **kw: Any):
+        fields = {k: kw.pop(k) for k in list(kw) if k in _FIELD_NAMES}
+        fields["engine_options"] = {**(engine_options or {}), **kw}
+        super().__init__(*args, **fields)
+
+
+_FIELD_NAMES = {f.name for f in dataclasses.fields(_SweepFields)}
 
 
 @dataclass
@@ -76,9 +94,9 @@ class Target:
     explicit_id: bool = False  # --run-id given: never add a suffix
     manifest: RunManifest | None = None  # set when resuming
     stale_server_pgid: int | None = None
-    engine: Engine = field(default_factory=lambda: engines.get("vllm"))
+    engine: Engine = field(default_factory=lambda: engines.by_cli_name(engines.DEFAULT_CLI))
     engine_args: EngineArgs = field(
-        default_factory=lambda: engines.get("vllm").args_from_options(EngineOptions())
+        default_factory=lambda: engines.by_cli_name(engines.DEFAULT_CLI).args_from_options({})
     )
     config: RunConfig | None = None  # resolved once (new run) or read back (resume)
 
@@ -157,7 +175,7 @@ def resolve(request: SweepRequest) -> Target:
     if request.profile is None:
         raise ConfigError("a sweep needs --profile (or --resume RUN_DIR)")
     engine, engine_args = request.engine_choice()
-    profile_sets = [o for o in request.overrides if not o.startswith("sim.")]
+    profile_sets, _engine_sets = engines.split_overrides(request.overrides)
     prof = _load_profile(request.profile, profile_sets)
     rid = request.run_id or f"{prof.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
     run_dir = Path(request.out or results_dir()) / rid
