@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.sim.config import resolve_calibration, setup_from_profile, split_overrides
+from harness.sim.config import (
+    UNCALIBRATED,
+    resolve_calibration,
+    setup_from_profile,
+    split_overrides,
+)
 from harness.sim.serve.faults import Faults, FaultState
 from harness.sim.startup import EngineRefused
 
@@ -19,6 +24,9 @@ SIM_DEFAULT_DATASET = "openhands-offline"  # the blog-shaped offline recipe (tin
 # bench_simserve (loaded 2-core machine): at K=2 interactivity within 5 % of offline at every
 # point, occupancy within 8 % except c8 (-15 %); at K=4 c8 occupancy -12..-33 %.
 DEFAULT_TIME_SCALE = 2.0
+# the start-up line with the server's facts (profile, calibration, intervals, ...) as JSON: the
+# run records it (process.py) and every served point's interval comes from it (interval.py)
+FACTS_PREFIX = "sim serve: facts "
 
 
 @dataclass
@@ -189,11 +197,29 @@ def build_state(opts: ServeOptions) -> Any:
         "policy": setup.policy,
         "tokenizer": spec,
         "calibration": str(cal_path) if cal_path else None,
+        # log-space sigma per metric: each served point's 80 % interval (sim/serve/interval.py)
+        "interval_sigma": setup.interval_sigma,
         "time_scale": opts.time_scale,
         "params": setup.roofline.fitted(),
         "setup": setup.facts,
     }
     return state
+
+
+def facts_line(facts: dict[str, Any]) -> str:
+    return f"{FACTS_PREFIX}{json.dumps(facts, default=str)}"
+
+
+def read_facts(log_text: Iterable[str]) -> dict[str, Any]:
+    """The facts a simulated server logged at start-up (its first facts line), or {}."""
+    for line in log_text:
+        if line.startswith(FACTS_PREFIX):
+            try:
+                facts = json.loads(line.removeprefix(FACTS_PREFIX))
+            except ValueError:  # a line cut short (a full disk): as if never logged
+                return {}
+            return facts if isinstance(facts, dict) else {}
+    return {}
 
 
 def serve(opts: ServeOptions, *, host: str, port: int, echo: Any = print) -> None:
@@ -214,9 +240,9 @@ def serve(opts: ServeOptions, *, host: str, port: int, echo: Any = print) -> Non
     echo(
         f"sim serve: profile {facts['profile']} ({facts['policy']}), time scale "
         f"{opts.time_scale:g}, tokenizer {facts['tokenizer']}, calibration "
-        f"{facts['calibration'] or 'uncalibrated (roofline defaults)'}"
+        f"{facts['calibration'] or UNCALIBRATED}"
     )
-    echo(f"sim serve: facts {json.dumps(facts, default=str)}")
+    echo(facts_line(facts))
     web.run_app(
         make_app(state), host=host, port=port, print=echo, access_log=None, shutdown_timeout=2.0
     )
