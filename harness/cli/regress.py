@@ -446,12 +446,13 @@ def _sim_nightly(
     opts: dict[str, Any],
 ) -> int:
     from harness.gate import simnight
+    from harness.gate.history import DEFAULT_SIMULATED_HISTORY
 
     result = simnight.run_sim_nightly(
         names or simnight.GLM_ARMS,
         calibration=opts["calibration"] or simnight.DEFAULT_CALIBRATION,
         dataset=opts["dataset"],
-        accepted_path=opts["accepted"] or simnight.DEFAULT_ACCEPTED,
+        accepted_path=opts["accepted"] or DEFAULT_SIMULATED_HISTORY,
         accept=opts["accept"],
         reason=opts["reason"],
         claims_path=claims_path or simnight.DEFAULT_CLAIMS,

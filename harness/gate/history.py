@@ -1,6 +1,18 @@
-"""Append-only run history in one SQLite file (``results_dir()/history.sqlite``; REPRO_HISTORY).
+"""Accepted history: what a new run is judged against. This module is its one reader and
+writer; it keeps two stores, one per kind of run, because they need different things:
 
-Two tables, both insert-only (triggers abort any UPDATE or DELETE):
+- :class:`History`: served runs, in one append-only SQLite file (``results_dir()/history.sqlite``;
+  REPRO_HISTORY). Every recorded run stays, accepted or rejected, with the story of its state
+  changes; a verdict's baseline is the median of the last N accepted runs of its key. Nightly
+  arms are recorded by concurrent processes and a year of nights holds thousands of full
+  manifests and point snapshots, which SQLite's locking and indexed queries serve (a text file
+  rewritten on every append would not).
+- :class:`SimulatedHistory`: the simulated arms' exact values, as JSON lines committed to the
+  repository (``launch/history/*.jsonl``). The simulator is deterministic, so the gate is
+  equality with the arm's last accepted entry; a push runner starts with no state, so the file
+  in git is the history, and its diff is the review of an accepted change (docs/regression.md).
+
+``History`` has two tables, both insert-only (triggers abort any UPDATE or DELETE):
 
 - ``runs``: one row per recorded run: its history key, the manifest facts the verdict needs and
   a snapshot of every point's metrics, so a baseline can be rebuilt even after the run
@@ -22,20 +34,22 @@ import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness import env as harness_env
 from harness.analysis.groups import point_rows
-from harness.errors import ReproError, RunError
+from harness.errors import ConfigError, ReproError, RunError
 from harness.gate.regress import RunView, view_from_parts
 from harness.identity import workload_id, workload_identity
-from harness.paths import results_dir
+from harness.paths import REPO_ROOT, results_dir
 from harness.records import promise_problems, row_ids, run_damage
-from harness.results import Run
+from harness.results import Run, atomic_write_text
 
 STATES = ("accepted", "rejected")
 
@@ -409,3 +423,68 @@ def _whoami() -> str:
         return getpass.getuser()
     except (KeyError, OSError):  # no passwd entry in some containers
         return "unknown"
+
+
+# --------------------------------------------------------------------------- simulated arms
+
+SIMULATED_SCHEMA: Final = "repro.sim-accepted/1"
+DEFAULT_SIMULATED_HISTORY = REPO_ROOT / "launch" / "history" / "sim-glm53-h200.jsonl"
+
+
+class SimulatedEntry(BaseModel):
+    """One accepted simulated run of one arm: its inputs and every point's values."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal["repro.sim-accepted/1"] = SIMULATED_SCHEMA
+    arm: str
+    accepted_at: str
+    reason: str
+    commit: str | None
+    harness_version: str
+    inputs: dict[str, str | None]  # profile / calibration / dataset digests
+    points: dict[str, dict[str, Any]]  # point id -> values
+
+
+class SimulatedHistory:
+    """The simulated arms' accepted values (one JSON line per entry, oldest first); a missing
+    file is an empty history. Read whole on :meth:`open`, so a malformed line fails before any
+    simulation runs."""
+
+    def __init__(self, path: Path, entries: list[SimulatedEntry]) -> None:
+        self.path = path
+        self.entries = entries
+
+    @classmethod
+    def open(cls, path: Path | str = DEFAULT_SIMULATED_HISTORY) -> SimulatedHistory:
+        target = Path(path)
+        return cls(target, _read_simulated(target) if target.is_file() else [])
+
+    def latest(self, arm: str) -> SimulatedEntry | None:
+        """The arm's last accepted entry: what its next run must equal."""
+        matching = [e for e in self.entries if e.arm == arm]
+        return matching[-1] if matching else None
+
+    def append(self, new: Sequence[SimulatedEntry]) -> None:
+        """Append by rewriting the whole file atomically (a reader never sees half a line)."""
+        old = self.path.read_text(encoding="utf-8") if self.path.is_file() else ""
+        if old and not old.endswith("\n"):
+            old += "\n"
+        lines = "".join(f"{e.model_dump_json()}\n" for e in new)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.path, old + lines)
+        self.entries.extend(new)
+
+
+def _read_simulated(path: Path) -> list[SimulatedEntry]:
+    entries = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entries.append(SimulatedEntry.model_validate_json(line))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"]) or "(line)"
+            raise ConfigError(f"{path}:{number}: {where}: {first['msg']}") from None
+    return entries

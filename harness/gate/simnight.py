@@ -2,8 +2,9 @@
 
 Per arm, `repro simulate` (offline, deterministic) writes a run; its points are compared
 *exactly* with the arm's last entry in the accepted simulated history, a JSON-lines file kept
-in the repository (default `launch/history/sim-glm53-h200.jsonl`). A push runner starts with
-no state, so the history that survives between pushes is the committed file: a change to the
+in the repository (`harness.gate.history.SimulatedHistory`, default
+`launch/history/sim-glm53-h200.jsonl`). A push runner starts with no state, so the history
+that survives between pushes is the committed file: a change to the
 engine, the analysis code or the calibration that moves the blog figure by one digit shows up
 as `changed`, with the differing cells, and fails the job until someone accepts the new values
 (`--accept --reason ...` appends them; the diff of that file is the review of the change).
@@ -23,42 +24,24 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
-
-from pydantic import BaseModel, ConfigDict, ValidationError
+from typing import Any
 
 from harness import __version__
-from harness.errors import ConfigError, ReproError, RunError
+from harness.errors import ReproError, RunError
 from harness.gate.claims import ClaimResult, claims_exit_code, render_claims, run_claims
+from harness.gate.history import DEFAULT_SIMULATED_HISTORY, SimulatedEntry, SimulatedHistory
 from harness.gate.nightly import publish_summary
 from harness.paths import REPO_ROOT, dashboards_dir, results_dir
 from harness.report.dashboard import write_report
-from harness.results import Run, atomic_write_text, load_run
+from harness.results import Run, load_run
 from harness.sim.run import run_simulation
 
 Echo = Callable[[str], None]
-ACCEPTED_SCHEMA: Final = "repro.sim-accepted/1"
-DEFAULT_ACCEPTED = REPO_ROOT / "launch" / "history" / "sim-glm53-h200.jsonl"
 DEFAULT_CALIBRATION = REPO_ROOT / "launch" / "calibrations" / "glm53-h200.yaml"
 DEFAULT_CLAIMS = REPO_ROOT / "launch" / "claims" / "glm53-blog.yaml"
 GLM_ARMS = ("hisparse384", "offload512", "hisparse384-nomtp", "offload512-nomtp")
 # Client fields that are wall-clock facts of the simulation process, not results.
 _CLIENT_VOLATILE = {"raw"}
-
-
-class AcceptedEntry(BaseModel):
-    """One accepted simulated run of one arm: its inputs and every point's values."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    schema_version: Literal["repro.sim-accepted/1"] = ACCEPTED_SCHEMA
-    arm: str
-    accepted_at: str
-    reason: str
-    commit: str | None
-    harness_version: str
-    inputs: dict[str, str | None]  # profile / calibration / dataset digests
-    points: dict[str, dict[str, Any]]  # point id -> values
 
 
 @dataclass
@@ -82,7 +65,7 @@ class SimArm:
     status: str = "error"  # identical / changed / new / error
     differences: list[Difference] = field(default_factory=list)
     input_changes: list[str] = field(default_factory=list)
-    accepted: AcceptedEntry | None = None
+    accepted: SimulatedEntry | None = None
     error: str | None = None
 
     def load(self) -> Run:
@@ -114,41 +97,6 @@ class SimNightly:
         if any(a.status in ("changed", "new") for a in self.arms) or claims_failed:
             return 1
         return 0
-
-
-# --------------------------------------------------------------------------- the history
-
-
-def load_accepted(path: Path) -> list[AcceptedEntry]:
-    """Every entry of the accepted file, oldest first; a missing file is an empty history."""
-    if not path.is_file():
-        return []
-    entries = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            entries.append(AcceptedEntry.model_validate_json(line))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(x) for x in first["loc"]) or "(line)"
-            raise ConfigError(f"{path}:{number}: {where}: {first['msg']}") from None
-    return entries
-
-
-def last_accepted(entries: Sequence[AcceptedEntry], arm: str) -> AcceptedEntry | None:
-    matching = [e for e in entries if e.arm == arm]
-    return matching[-1] if matching else None
-
-
-def append_accepted(path: Path, new: Sequence[AcceptedEntry]) -> None:
-    """Append by rewriting the whole file atomically (a reader never sees half a line)."""
-    old = path.read_text(encoding="utf-8") if path.is_file() else ""
-    if old and not old.endswith("\n"):
-        old += "\n"
-    lines = [e.model_dump_json() for e in new]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, old + "".join(f"{line}\n" for line in lines))
 
 
 # --------------------------------------------------------------------------- a run's values
@@ -234,8 +182,8 @@ def _commit() -> str | None:
     return head
 
 
-def entry_for(arm: str, run: Run, reason: str) -> AcceptedEntry:
-    return AcceptedEntry(
+def entry_for(arm: str, run: Run, reason: str) -> SimulatedEntry:
+    return SimulatedEntry(
         arm=arm,
         accepted_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         reason=reason,
@@ -249,9 +197,9 @@ def entry_for(arm: str, run: Run, reason: str) -> AcceptedEntry:
 # --------------------------------------------------------------------------- the loop
 
 
-def judge_sim_arm(arm: SimArm, entries: Sequence[AcceptedEntry]) -> None:
+def judge_sim_arm(arm: SimArm, history: SimulatedHistory) -> None:
     run = arm.load()
-    arm.accepted = last_accepted(entries, arm.profile)
+    arm.accepted = history.latest(arm.profile)
     if arm.accepted is None:
         arm.status = "new"
         return
@@ -270,7 +218,7 @@ def run_sim_nightly(
     *,
     calibration: Path | None = DEFAULT_CALIBRATION,
     dataset: str | None = None,
-    accepted_path: Path = DEFAULT_ACCEPTED,
+    accepted_path: Path = DEFAULT_SIMULATED_HISTORY,
     accept: bool = False,
     reason: str | None = None,
     claims_path: Path | None = DEFAULT_CLAIMS,
@@ -283,11 +231,13 @@ def run_sim_nightly(
         raise ReproError("--profiles: give at least one profile")
     if accept and not (reason or "").strip():
         raise ReproError("--accept needs --reason: say why the simulated figure may move")
-    entries = load_accepted(accepted_path)  # a malformed history fails before any work
+    history = SimulatedHistory.open(accepted_path)  # a malformed history fails before any work
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out_dir = Path(out) if out else results_dir()
     result = SimNightly(stamp, accepted_path, [], accept)
-    echo(f"simulated nightly {stamp}: accepted history {accepted_path} ({len(entries)} entries)")
+    echo(
+        f"simulated nightly {stamp}: accepted history {accepted_path} ({len(history.entries)} entries)"
+    )
     for name in profiles:
         arm = SimArm(name)
         result.arms.append(arm)
@@ -300,7 +250,7 @@ def run_sim_nightly(
                 out=out_dir,
                 run_id=f"nightly-sim-{stamp}-{name}",
             )
-            judge_sim_arm(arm, entries)
+            judge_sim_arm(arm, history)
             echo(f"{name}: {arm.status} ({time.monotonic() - started:.1f} s)")
         except ReproError as exc:
             arm.status, arm.error = "error", str(exc)
@@ -312,7 +262,7 @@ def run_sim_nightly(
         except ReproError as exc:
             result.claims_notes = [f"claims not checked: {exc}"]
     if accept and result.exit_code == 0:
-        _accept(result, reason or "", echo)
+        _accept(result, history, reason or "", echo)
     if dashboard and finished:
         result.dashboard = write_report(
             finished,
@@ -323,7 +273,7 @@ def run_sim_nightly(
     return result
 
 
-def _accept(result: SimNightly, reason: str, echo: Echo) -> None:
+def _accept(result: SimNightly, history: SimulatedHistory, reason: str, echo: Echo) -> None:
     """Append the arms that are new or changed; identical arms need no new entry."""
     new = [
         entry_for(a.profile, a.load(), reason)
@@ -331,7 +281,7 @@ def _accept(result: SimNightly, reason: str, echo: Echo) -> None:
         if a.status in ("new", "changed")
     ]
     if new:
-        append_accepted(result.accepted_path, new)
+        history.append(new)
     result.appended = [e.arm for e in new]
     echo(f"accepted: {', '.join(result.appended) or 'nothing changed'} -> {result.accepted_path}")
 

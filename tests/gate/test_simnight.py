@@ -13,13 +13,8 @@ from click.testing import CliRunner
 from harness.analysis import metrics
 from harness.cli import cli
 from harness.errors import ConfigError, ReproError
-from harness.gate.simnight import (
-    DEFAULT_ACCEPTED,
-    DEFAULT_CALIBRATION,
-    GLM_ARMS,
-    load_accepted,
-    run_sim_nightly,
-)
+from harness.gate.history import DEFAULT_SIMULATED_HISTORY, SimulatedHistory
+from harness.gate.simnight import DEFAULT_CALIBRATION, GLM_ARMS, run_sim_nightly
 from harness.paths import REPO_ROOT
 
 
@@ -49,8 +44,10 @@ def test_the_committed_history_matches_the_code(tmp_path):
     """The push job's own command: every GLM arm identical to its last accepted entry, every
     claim holding. A change that moves the simulated blog figure must update the history file
     (`repro nightly --engine sim --accept --reason ...`) in the same commit."""
-    assert {e.arm for e in load_accepted(DEFAULT_ACCEPTED)} == set(GLM_ARMS)
-    before = DEFAULT_ACCEPTED.read_bytes()
+    assert {e.arm for e in SimulatedHistory.open(DEFAULT_SIMULATED_HISTORY).entries} == set(
+        GLM_ARMS
+    )
+    before = DEFAULT_SIMULATED_HISTORY.read_bytes()
     summary = tmp_path / "night.md"
     env = {**os.environ, "REPRO_NIGHTLY_BOOTSTRAP": "0", "REPRO_DASHBOARDS": str(tmp_path)}
     env.pop("GITHUB_STEP_SUMMARY", None)
@@ -69,7 +66,7 @@ def test_the_committed_history_matches_the_code(tmp_path):
     assert statuses == dict.fromkeys(GLM_ARMS, "identical"), changed
     assert record["claims"] and all(c["status"] == "holds" for c in record["claims"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert DEFAULT_ACCEPTED.read_bytes() == before
+    assert DEFAULT_SIMULATED_HISTORY.read_bytes() == before
 
 
 def test_identical_rerun_passes_and_the_history_is_unchanged(tmp_path, accepted):
@@ -125,7 +122,7 @@ def test_accept_appends_only_what_changed_and_then_passes(tmp_path, accepted):
     )
     assert [a.status for a in more.arms] == ["identical", "new"]
     assert more.appended == ["offload512"] and more.exit_code == 0
-    entries = load_accepted(accepted)
+    entries = SimulatedHistory.open(accepted).entries
     assert [e.arm for e in entries] == ["hisparse384", "offload512"]
     assert entries[-1].reason == "r" and entries[-1].points
     again = _night(tmp_path, "n5", accepted, profiles=["hisparse384", "offload512"])
