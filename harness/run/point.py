@@ -35,6 +35,7 @@ from harness.measurement import Measurement
 from harness.results import PointRecord, RunLayout, atomic_write_json
 from harness.run.console import Progress
 from harness.serve.profiles import SweepSpec
+from harness.sim.serve.interval import served_interval80
 
 
 def warm_up(
@@ -214,6 +215,8 @@ def run_point(
         read_request_bodies(ev_dir), expected_turn_tokens=expected_turn_tokens
     )
     fidelity.update(derived.info)
+    if interval := served_interval80(server, derived.metrics):  # the sim's calibration's 80 %
+        fidelity["interval80"] = interval  # interval, as `repro simulate` writes it
     notes += fidelity.get("warnings", [])
     return PointRecord(
         **plan.identity(turns),
