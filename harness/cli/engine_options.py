@@ -35,15 +35,21 @@ class EngineOptionsCommand(click.Command):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._engine_params: dict[str, click.Option] = {}  # the ones this class added
         self.sync_engine_options()
 
     def sync_engine_options(self) -> None:
-        names = {p.name for p in self.params}
+        declared = [o for o in engines.declared_options() if o.set_prefix is None]
+        names = {o.name for o in declared}
+        for name in [n for n in self._engine_params if n not in names]:  # unregistered since
+            self.params.remove(self._engine_params.pop(name))
+        have = {p.name for p in self.params}
         at = next((i + 1 for i, p in enumerate(self.params) if p.name == "engine"), 0)
-        for option in engines.declared_options():
-            if option.set_prefix is None and option.name not in names:
-                self.params.insert(at, _engine_click_option(option))
-                at += 1
+        for option in declared:
+            if option.name not in have:
+                added = self._engine_params[option.name] = _engine_click_option(option)
+                self.params.insert(at, added)
+            at += 1
         for param in self.params:
             if param.name == "engine" and isinstance(param.type, click.Choice):
                 param.type = click.Choice(engines.cli_choices())

@@ -68,8 +68,7 @@ class _SweepFields:
 
 class SweepRequest(_SweepFields):
     """A sweep's request. Keywords that are not fields are engine options by name
-    (`SweepRequest("cpu-tiny", url=...)`, `engine="sim", time_scale=4`), checked against
-    what the chosen engine declares."""
+    (`SweepRequest("cpu-tiny", url=...)`), checked against what the chosen engine declares."""
 
     def __init__(self, *args: Any, engine_options: Mapping[str, Any] | None = None, **kw: Any):
         fields = {k: kw.pop(k) for k in list(kw) if k in _FIELD_NAMES}

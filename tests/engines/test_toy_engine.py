@@ -216,6 +216,7 @@ def test_an_unregistered_engine_is_a_clear_error():
         SweepRequest("cpu-tiny", engine="toy")
     with pytest.raises(ConfigError, match="engine option 'toy_speed': no registered engine"):
         SweepRequest("cpu-tiny", toy_speed=2.0)
+    assert "--toy-speed" not in CliRunner().invoke(cli, ["sweep", "--help"]).output
 
 
 def test_an_option_declared_differently_by_two_engines_is_refused(toy):
