@@ -10,7 +10,7 @@ writer; it keeps two stores, one per kind of run, because they need different th
 - :class:`SimulatedHistory`: the simulated arms' exact values, as JSON lines committed to the
   repository (``launch/history/*.jsonl``). The simulator is deterministic, so the gate is
   equality with the arm's last accepted entry; a push runner starts with no state, so the file
-  in git is the history, and its diff is the review of an accepted change (docs/regression.md).
+  in git is the history, and its diff is the review of an accepted change (docs/regression.md §1).
 
 ``History`` has two tables, both insert-only (triggers abort any UPDATE or DELETE):
 
