@@ -27,6 +27,15 @@ def _engine_click_option(option: EngineOption) -> click.Option:
     )
 
 
+def _set_items_help() -> list[str]:
+    """What `--set` gives each engine (its options taken from `--set` items)."""
+    return [
+        f"{engines.option_help(o).split(':', 1)[0]}: {o.set_prefix}PARAM=VALUE, {o.help}"
+        for o in engines.declared_options()
+        if o.set_prefix
+    ]
+
+
 class EngineOptionsCommand(click.Command):
     """A command taking the registered engines' options: `--engine` offers every registered
     engine and each declared option is a flag, read again when a command line is parsed, so an
@@ -53,6 +62,9 @@ class EngineOptionsCommand(click.Command):
         for param in self.params:
             if param.name == "engine" and isinstance(param.type, click.Choice):
                 param.type = click.Choice(engines.cli_choices())
+            if param.name == "overrides" and isinstance(param, click.Option):
+                self._set_help = getattr(self, "_set_help", None) or param.help or ""
+                param.help = " ".join([self._set_help, *_set_items_help()])
         install(self)  # the text check of every option, the new ones too (--url's form)
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:

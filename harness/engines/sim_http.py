@@ -53,7 +53,7 @@ class SimHttpEngine(Engine):
             "sim_overrides",
             "--set",
             str,
-            "a simulator parameter for this run (recorded with the run).",
+            "a simulator parameter.",
             multiple=True,
             set_prefix="sim.",
         ),
