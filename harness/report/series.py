@@ -15,6 +15,7 @@ from harness.errors import ConfigError
 from harness.paths import LAUNCH_DIR
 from harness.report.bands import Interval, point_intervals
 from harness.results import METRICS, UNCALIBRATED, Run
+from harness.run.config import readable_config
 
 PUBLISHED_FILE = LAUNCH_DIR / "published" / "glm53-blog.yaml"
 
@@ -195,13 +196,24 @@ def figure_title(runs: Sequence[Run]) -> str:
     return " vs ".join(titles) if len(titles) <= 2 else f"{len(runs)} runs"
 
 
+def _outputs(run: Run) -> tuple[int | None, bool]:
+    """(max_tokens, fixed length) of the run's requests: from its run configuration, or the
+    sweep as written for a record too partial to derive one from."""
+    config = readable_config(run.manifest)
+    if config is not None:
+        workload = config.client_workload()
+        return workload.max_tokens, workload.ignore_eos
+    sweep = run.manifest.sweep
+    return sweep.get("max_tokens"), bool(sweep.get("ignore_eos", False))
+
+
 def footnote(runs: Sequence[Run], definition: str) -> str:
     """Workload and build facts, as the blog's footnote gives them."""
     facts = []
     turns = {p.turns for run in runs for p in run.points}
-    sweeps = [run.manifest.sweep for run in runs]
-    max_tokens = {s["max_tokens"] for s in sweeps if s.get("max_tokens") is not None}
-    fixed = all(s.get("ignore_eos", False) for s in sweeps)
+    outputs = [_outputs(run) for run in runs]
+    max_tokens = {tokens for tokens, _ in outputs if tokens is not None}
+    fixed = all(fixed for _, fixed in outputs)
     if turns and max_tokens:
         turn_text = "/".join(str(t) for t in sorted(turns))
         tokens = "/".join(str(t) for t in sorted(max_tokens))
