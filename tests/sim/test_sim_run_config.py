@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.report.tables import provenance
 from harness.results import load_run
-from harness.run.config import RunConfig, run_config
+from harness.run.config import RunConfig, configured_objectives, configured_sweep, run_config
 from harness.serve.profiles import load_profile
 from harness.sim.run import run_simulation
 
@@ -72,3 +73,13 @@ def test_an_older_simulated_manifest_derives_the_same_configuration(simulated: P
             "client": recorded.client.model_copy(update={"only_points": None}),
         }
     )
+
+
+def test_the_run_table_and_objectives_read_as_from_the_manifest(simulated: Path) -> None:
+    """Reading the configuration changes nothing a report shows for a new run: the sweep row
+    is the manifest's sweep, field for field and in order."""
+    run = load_run(simulated)
+    row = next(value for name, value, _ in provenance(run) if name == "sweep")
+    assert row == json.dumps(run.manifest.sweep, indent=2, sort_keys=True, default=str)
+    assert list(configured_sweep(run.manifest).items()) == list(run.manifest.sweep.items())
+    assert configured_objectives(run.manifest) == run.manifest.sweep["slo"]
