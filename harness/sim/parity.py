@@ -258,7 +258,7 @@ class PointDeltas:
         return self.client_latency_s - (self.queue_s + self.inference_s) / self.requests
 
 
-def _deltas(run: Run, point: PointRecord) -> PointDeltas:
+def point_deltas(run: Run, point: PointRecord) -> PointDeltas:
     samples = read_samples_csv(RunLayout(run.root).samples_csv(point.point_id))
 
     def delta(name: str) -> float:
@@ -299,7 +299,7 @@ def fit_cpu_cost(run_dir: Path | str) -> tuple[CpuCost, list[PointDeltas]]:
         raise RunError(f"{run.root}: a simulated run; fit on a real one")
     if any(p.metrics.get("preemptions") for p in run.valid_points()):
         raise RunError(f"{run.root}: the fit run has preemptions; fit on an unpressured run")
-    points = [_deltas(run, p) for p in run.valid_points()]
+    points = [point_deltas(run, p) for p in run.valid_points()]
     try:
         cost = cost_from_deltas(points, _resent_reply_excess(run, points), str(run.root))
     except ValueError as exc:
@@ -378,20 +378,94 @@ class ResentResidency(GpuResidency):
         return req.computed // self.block_tokens
 
 
+@dataclass
+class RequestTimes:
+    """Sums of vLLM's per-request time histograms (v1/metrics/stats.py): queue = first
+    scheduled - queued, prefill = first token - first scheduled, decode = last token - first
+    token, inference = prefill + decode; and the output tokens after the first."""
+
+    requests: int = 0
+    queue_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    decode_tokens: int = 0
+
+    def minus(self, other: RequestTimes) -> RequestTimes:
+        return RequestTimes(
+            self.requests - other.requests,
+            self.queue_s - other.queue_s,
+            self.prefill_s - other.prefill_s,
+            self.decode_s - other.decode_s,
+            self.decode_tokens - other.decode_tokens,
+        )
+
+
+@dataclass
+class GaugeTime:
+    """The running gauge integrated over time: what a scraper with a random phase sees on
+    average (lockstep turns alias with a fixed scrape period: docs/pitfalls.md)."""
+
+    running_s: float = 0.0  # integral of num_requests_running
+    busy_s: float = 0.0  # time with num_requests_running > 0
+
+    def minus(self, other: GaugeTime) -> GaugeTime:
+        return GaugeTime(self.running_s - other.running_s, self.busy_s - other.busy_s)
+
+    @property
+    def nonzero_mean(self) -> float | None:
+        return self.running_s / self.busy_s if self.busy_s > 0 else None
+
+
 class StatsScheduler(Scheduler):
     """The scheduler with vLLM's stats timing: `make_stats()` runs at the end of
     `update_from_output()` (scheduler.py), after the step's finished requests left and before
     the next `schedule()` admits anyone, and the gauges hold that snapshot until the next step
     ends. A request admitted into a step is counted running only once that step is done
-    (docs/pitfalls.md: on slow prefill the gauge lags the requests in flight)."""
+    (docs/pitfalls.md: on slow prefill the gauge lags the requests in flight). Finished
+    requests add to `times` as vLLM's histograms do (a preempted request keeps its first
+    scheduled time)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.snapshot: tuple[int, int, int] = (0, 0, 0)  # running, waiting, used units
+        self.clock = 0.0  # the engine's time when it hands over new requests (`add`)
+        self.times = RequestTimes()
+        self.gauge = GaugeTime()
+        self._held_since = 0.0
+        self._queued: dict[int, float] = {}
+        self._scheduled: dict[int, float] = {}
+
+    def add(self, req: Request) -> None:
+        self._queued.setdefault(req.rid, self.clock)
+        super().add(req)
+
+    def schedule(self, now: float) -> list[Any]:
+        batch = super().schedule(now)
+        for item in batch:
+            self._scheduled.setdefault(item.req.rid, now)
+        return batch
+
+    def hold(self, until: float) -> None:
+        """Integrate the gauge's current reading up to `until` (it holds between steps)."""
+        dt, running = until - self._held_since, self.snapshot[0]
+        if dt > 0:
+            self.gauge.running_s += running * dt
+            self.gauge.busy_s += dt if running > 0 else 0.0
+            self._held_since = until
 
     def update(self, batch: list[Any], end: float) -> list[Request]:
         finished = super().update(batch, end)
+        self.hold(end)
         self.snapshot = (len(self.running), len(self.waiting), self.residency.pool.used)
+        t = self.times
+        for req in finished:
+            queued, scheduled = self._queued.pop(req.rid), self._scheduled.pop(req.rid)
+            first = req.first_token_at if req.first_token_at is not None else end
+            t.requests += 1
+            t.queue_s += scheduled - queued
+            t.prefill_s += first - scheduled
+            t.decode_s += end - first
+            t.decode_tokens += req.out - 1
         return finished
 
 
@@ -405,6 +479,28 @@ class CpuEngine(Engine):
     def _submit(self, req: Request) -> None:
         ready = req.arrival + self.overhead_s
         heapq.heappush(self.pending, (ready, req.rid, req))
+
+    def _admit_pending(self) -> None:
+        if isinstance(self.scheduler, StatsScheduler):
+            self.scheduler.clock = self.now  # requests join the queue between steps
+        super()._admit_pending()
+
+    def counters(self) -> dict[str, float]:
+        """The engine's counters plus vLLM's request-time histogram sums and counts."""
+        out = super().counters()
+        sched = self.scheduler
+        if isinstance(sched, StatsScheduler):
+            t = sched.times
+            sums = {
+                mn.REQUEST_QUEUE_TIME_SECONDS: t.queue_s,
+                mn.REQUEST_PREFILL_TIME_SECONDS: t.prefill_s,
+                mn.REQUEST_DECODE_TIME_SECONDS: t.decode_s,
+                mn.REQUEST_INFERENCE_TIME_SECONDS: t.prefill_s + t.decode_s,
+            }
+            for name, value in sums.items():
+                out[mn.hist_sum(name)] = value
+                out[mn.hist_count(name)] = float(t.requests)
+        return out
 
     def gauges(self) -> dict[str, float]:
         sched = self.scheduler

@@ -10,7 +10,7 @@ preemptions, with the capacity model's static limit for the longest request of t
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,20 @@ from harness.results import (
     load_run,
 )
 from harness.sim.client import PointClient, Workload
-from harness.sim.parity import CpuCost, CpuSetup, cpu_serve, fit_cpu_cost, recorded_workload
-from harness.sim.run import _record, measurement, simulated_manifest, write_simulated_run
+from harness.sim.parity import (
+    CpuCost,
+    CpuEngine,
+    CpuSetup,
+    RequestTimes,
+    StatsScheduler,
+    cpu_serve,
+    fit_cpu_cost,
+    point_deltas,
+    recorded_workload,
+)
+from harness.sim.parity_pace import Pace, measured_targets, solve_paces
+from harness.sim.run import _record, simulated_manifest, write_simulated_run
+from harness.sim.run import measurement as measured_point
 
 # Targets of issue 12 (item 5): occupancy within 15 %; preemptions and waiting of the same order.
 OCCUPANCY_TOLERANCE = 0.15
@@ -43,9 +55,11 @@ def _resent(workload: Workload, extra: float) -> Workload:
 
 
 def simulate_like(
-    real_run: Path | str, cost: CpuCost
-) -> tuple[Any, list[tuple[PointRecord, list]]]:
-    """Simulate `real_run`'s profile and sweep with `cost`: (manifest, [(record, samples)])."""
+    real_run: Path | str, cost: CpuCost, paces: dict[str, Pace] | None = None
+) -> tuple[Any, list[tuple[PointRecord, list]], dict[str, RequestTimes]]:
+    """Simulate `real_run`'s profile and sweep with `cost`, or per point with its `paces`
+    (harness.sim.parity_pace; a point without one runs at `cost`): (manifest, setup,
+    workload), [(record, samples)], {point id: the simulated request times}."""
     run = load_run(real_run)
     man = run.manifest
     if man.simulated:
@@ -59,15 +73,18 @@ def simulate_like(
     sweep = man.sweep
     turns = min(workload.num_turns, sweep.get("max_turns") or workload.num_turns)
     engine = setup.build()
+    assert isinstance(engine, CpuEngine) and isinstance(engine.scheduler, StatsScheduler)
     planned = plan_points(
         [tuple(p) for p in sweep["points"]],
         dataset_offset=sweep["dataset_offset"],
         num_conversations=workload.num_conversations,
         repeats=int(man.repeats or 1),
     )
-    out = []
+    out, times = [], {}
     for plan in planned:
-        engine.overhead_s = cost.overhead_at(plan.parallel)  # type: ignore[attr-defined]  # the CPU parity setup builds a parity engine, which has it
+        pace = (paces or {}).get(plan.point_id)
+        engine.cost = pace.cost(cost) if pace else cost
+        engine.overhead_s = pace.overhead_s if pace else cost.overhead_at(plan.parallel)
         client = PointClient(
             workload,
             plan.conversations,
@@ -76,17 +93,42 @@ def simulate_like(
             sweep["max_tokens"],
             setup.max_model_len,
         )
+        sched = engine.scheduler
+        sched.hold(engine.now)
+        before, gauge = replace(sched.times), replace(sched.gauge)
         res = engine.run_point(client, float(sweep["scrape_interval_s"]))
-        measured = measurement(client, res, parallel=plan.parallel)
-        out.append((_record(plan, measured, res, turns, 1), res.samples))
+        sched.hold(engine.now)
+        times[plan.point_id] = sched.times.minus(before)
+        record = _record(plan, measured_point(client, res, parallel=plan.parallel), res, turns, 1)
+        record.fidelity["gauge_time_mean"] = sched.gauge.minus(gauge).nonzero_mean
+        out.append((record, res.samples))
         engine.now += float(sweep.get("sleep_between_points_s", 0.0))
-    return (man, setup, workload), out
+    return (man, setup, workload), out, times
+
+
+def paced_simulation(
+    real_run: Path | str, cost: CpuCost
+) -> tuple[Any, list[tuple[PointRecord, list]], dict[str, Pace], float]:
+    """Simulate `real_run` with every valid point at its own measured pace (fixed point of
+    `parity_pace.next_paces`): (simulate_like's first two, the paces, the last change)."""
+    paces, change = solve_paces(
+        measured_targets(real_run), lambda p: simulate_like(real_run, cost, p)[2]
+    )
+    info, results, _ = simulate_like(real_run, cost, paces)
+    return info, results, paces, change
 
 
 def predict_run(
-    fit_run: Path | str, real_run: Path | str, out: Path, run_id: str | None = None
+    fit_run: Path | str,
+    real_run: Path | str,
+    out: Path,
+    run_id: str | None = None,
+    *,
+    paced: bool = False,
 ) -> Path:
-    """Fit on `fit_run`, simulate `real_run`'s sweep; write and return the simulated run dir."""
+    """Fit on `fit_run`, simulate `real_run`'s sweep; write and return the simulated run dir.
+    `paced`: every valid point at its own measured pace (harness.sim.parity_pace), else the
+    fit's step cost and out-of-engine line throughout."""
     real_root = Path(real_run).resolve()
     # a run id of 125+ characters makes a default that is no name (harness/names.py)
     rid = run_id or check_name(
@@ -98,10 +140,19 @@ def predict_run(
             f"{run_dir}: already exists; a simulation never writes into an existing run directory"
         )
     cost, _ = fit_cpu_cost(fit_run)
-    (man, setup, workload), results = simulate_like(real_run, cost)
+    fit: dict[str, Any] = {
+        "path": str(Path(fit_run).resolve()),
+        "kind": "cpu-parity-fit",
+        "params": asdict(cost),
+    }
+    if paced:
+        (man, setup, workload), results, paces, change = paced_simulation(real_run, cost)
+        fit["paces"] = {pid: asdict(p) for pid, p in paces.items()}
+        fit["pace_last_change"] = change
+    else:
+        (man, setup, workload), results, _ = simulate_like(real_run, cost)
     layout = RunLayout(run_dir)
     run_dir.mkdir(parents=True)
-    fit = {"path": str(Path(fit_run).resolve()), "kind": "cpu-parity-fit", "params": asdict(cost)}
     digest = hashlib.sha256(repr(workload.turns).encode()).hexdigest()
     manifest = simulated_manifest(
         rid,
@@ -189,9 +240,34 @@ def waiting_busy_mean(run: Run, point: PointRecord) -> float | None:
     return sum(busy) / len(busy) if busy else None
 
 
+def queue_per_request(run: Run, point: PointRecord) -> float | None:
+    """vLLM's queue time per request over the point's window (the simulated engine exports the
+    same histogram sums), or None without them."""
+    try:
+        d = point_deltas(run, point)
+    except RunError:
+        return None
+    return d.queue_s / d.requests
+
+
+def engine_occupancy(run: Run, point: PointRecord) -> float | None:
+    """Requests in the engine on average over the point, without sampling: vLLM's inference
+    time (first schedule to last token) summed over the window, over the client's duration."""
+    try:
+        d = point_deltas(run, point)
+    except RunError:
+        return None
+    duration = point.metrics.get("duration_s")
+    return d.inference_s / duration if duration else None
+
+
 def _measures(run: Run, point: PointRecord) -> dict[str, float | None]:
     out = {k: point.metrics.get(k) for k in PARITY_METRICS}
     out["waiting_busy_mean"] = waiting_busy_mean(run, point)
+    out["queue_s"] = queue_per_request(run, point)
+    out["engine_occupancy"] = engine_occupancy(run, point)
+    # a simulated point also knows its gauge's time average (the expected scrape mean)
+    out["gauge_time_mean"] = point.fidelity.get("gauge_time_mean")
     return out
 
 
