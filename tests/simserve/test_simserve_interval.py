@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.serve.profiles import load_profile
+from harness.sim import config as sim_config
 from harness.sim.config import find_calibration, load_calibration, resolve_calibration
 from harness.sim.config import setup_from_profile as offline_setup
 from harness.sim.serve.interval import interval80, served_interval80
@@ -78,3 +79,12 @@ def test_interval_needs_a_positive_value():
     out = interval80(sigma, {"occupancy": 0.0, "interactivity": None})
     assert out == {}
     assert read_facts(["x", 'sim serve: facts {"a": 1}', 'sim serve: facts {"a": 2}']) == {"a": 1}
+
+
+def test_a_server_without_a_matching_calibration_runs_uncalibrated(tmp_path, monkeypatch):
+    empty = tmp_path / "calibrations"
+    empty.mkdir()
+    find = sim_config.find_calibration
+    monkeypatch.setattr(sim_config, "find_calibration", lambda m, g: find(m, g, empty))
+    facts = build_state(ServeOptions(profile="hisparse384", tokenizer="tiny:tokenizer")).facts
+    assert facts["calibration"] is None and facts["interval_sigma"] is None
