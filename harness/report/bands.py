@@ -30,7 +30,8 @@ BAND_ALPHA = 0.25
 BAND_EDGE = "rgba(40,40,40,0.6)"  # the box's low end shows over its own bar
 
 
-def _interval(record: PointRecord, metric: str) -> Interval | None:
+def interval_of(record: PointRecord, metric: str) -> Interval | None:
+    """The record's 80 % interval of `metric` (None: none, or not a [low, high] pair)."""
     bounds = (record.fidelity.get("interval80") or {}).get(metric)
     if not isinstance(bounds, list | tuple) or len(bounds) != 2:
         return None
@@ -45,7 +46,7 @@ def point_intervals(run: Run) -> dict[Key, dict[str, Interval]]:
         used = [r for r in records if r.valid] or records
         found: dict[str, Interval] = {}
         for metric in METRICS:
-            pairs = [b for r in used if (b := _interval(r, metric)) is not None]
+            pairs = [b for r in used if (b := interval_of(r, metric)) is not None]
             if pairs:
                 found[metric] = (
                     statistics.median(low for low, _ in pairs),

@@ -10,11 +10,13 @@ limits at 80K tokens for its policy. No number is recomputed here.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from harness.errors import RunError
+from harness.report.bands import interval_of
 from harness.results import PointRecord, Run
 
 # (metric key, column label, format)
@@ -83,9 +85,11 @@ def predicted_table(real: Run, sim: Run) -> dict[str, Any]:
         cells = []
         for key, _, spec in COLUMNS:
             p, m = pred.metrics.get(key), meas.metrics.get(key)
-            cells.append(
-                {"predicted": _fmt(p, spec), "measured": _fmt(m, spec), "error": _error(p, m)}
+            band = interval_of(pred, key)
+            shown = _fmt(p, spec) + (
+                f" ({_fmt(band[0], spec)}–{_fmt(band[1], spec)})" if band else ""
             )
+            cells.append({"predicted": shown, "measured": _fmt(m, spec), "error": _error(p, m)})
         rows.append(
             {"label": meas.label, "point": meas.point_id, "limit": _fmt(limit, "d"), "cells": cells}
         )
@@ -96,7 +100,28 @@ def predicted_table(real: Run, sim: Run) -> dict[str, Any]:
         "calibration": sim.manifest.calibration or "not recorded",
         "columns": [label for _, label, _ in COLUMNS],
         "rows": rows,
+        "coverage": coverage(pairs),
     }
+
+
+def coverage(pairs: Sequence[tuple[PointRecord, PointRecord]]) -> list[str]:
+    """Per metric with intervals: how many measured values fall inside the simulated point's
+    80 % interval, and the intervals' median half-width (relative to the prediction)."""
+    lines = []
+    for key, label, _ in COLUMNS:
+        inside, widths = 0, []
+        for meas, pred in pairs:
+            band, p, m = interval_of(pred, key), pred.metrics.get(key), meas.metrics.get(key)
+            if band is None or not isinstance(p, int | float) or not isinstance(m, int | float):
+                continue
+            inside += band[0] <= m <= band[1]
+            widths.append((band[1] - band[0]) / 2 / p if p else 0.0)
+        if widths:
+            lines.append(
+                f"{label}: {inside} of {len(widths)} measured inside the 80 % interval "
+                f"(median half-width {100 * statistics.median(widths):.1f} %)"
+            )
+    return lines
 
 
 def predicted_tables(reals: Sequence[Run], sims: Sequence[Run]) -> list[dict[str, Any]]:
