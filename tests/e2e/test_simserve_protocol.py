@@ -15,7 +15,12 @@ from harness.results import load_run
 from harness.run.sweep import SweepRequest, run_sweep
 from harness.serve.profiles import load_profile
 from harness.serve.server import free_port
-from harness.sim.config import find_calibration, load_calibration
+from harness.sim.config import (
+    find_calibration,
+    load_calibration,
+    resolve_calibration,
+    setup_from_profile,
+)
 from harness.sim.serve.process import SimServer
 from harness.sim.serve.tokens import PromptCounter
 
@@ -163,6 +168,8 @@ def calibrated_acceptance() -> float:
 
 def test_evalscope_drives_the_sim_server(tmp_path):
     run = load_run(_sweep(tmp_path, "proto"))
+    prof = load_profile("hisparse384")
+    offline = setup_from_profile(prof, resolve_calibration(None, prof.model), {})
     manifest = run.manifest
     assert manifest.engine == "sim" and manifest.time_scale == K
     assert manifest.launch["engine"] == "sim" and manifest.launch["time_scale"] == K
@@ -178,6 +185,16 @@ def test_evalscope_drives_the_sim_server(tmp_path):
         # the server's spec-decode counters carry the calibration's (fitted) acceptance length
         assert m["mtp_acceptance_length"] == pytest.approx(calibrated_acceptance(), abs=0.1)
         assert point.fidelity["ok"], point.fidelity
+        # the 80 % interval `repro simulate` writes for these metrics (issue 24, item 4)
+        expected = offline.interval80(m)
+        assert expected and point.fidelity["interval80"].keys() == expected.keys()
+        for name, bounds in expected.items():
+            assert point.fidelity["interval80"][name] == pytest.approx(bounds, rel=1e-9)
+    # calibrated by default: picked by the profile's model and GPU, named in the summary
+    assert manifest.launch["sim"]["calibration"] == str(find_calibration("glm-5.3", "h200"))
+    assert manifest.calibration == "glm53-h200"
+    summary = json.loads((run.root / "summary.json").read_text())
+    assert {summary["calibration"]} | {r["calibration"] for r in summary["rows"]} == {"glm53-h200"}
 
 
 def test_reasoning_field_is_caught_by_the_fidelity_check(tmp_path):
@@ -187,8 +204,12 @@ def test_reasoning_field_is_caught_by_the_fidelity_check(tmp_path):
         "sweep.scrape_interval_s=2",
         "sweep.warmup_requests=0",
     ]
-    run = load_run(_sweep(tmp_path, "reason", sim_args=["--reasoning-field"], overrides=over))
+    # also the sweep's way to ask for the roofline defaults (docs/simulator.md §6d)
+    sim_args = ["--reasoning-field", "--calibration=none"]
+    run = load_run(_sweep(tmp_path, "reason", sim_args=sim_args, overrides=over))
     fid = run.points[0].fidelity
     assert fid["empty_assistant_messages"] == fid["replayed_assistant_messages"] > 0
     assert any("delta.reasoning" in w for w in fid["warnings"]) and not fid["ok"]
     assert fid["short_growth_turns"] > 0
+    assert run.manifest.calibration == "uncalibrated" and "interval80" not in fid
+    assert json.loads((run.root / "summary.json").read_text())["calibration"] == "uncalibrated"
