@@ -61,7 +61,7 @@ VARIABLES: tuple[Variable, ...] = (
     # the Hugging Face hub's (the same meaning as in huggingface_hub)
     Variable("HF_HOME", "path", "~/.cache/huggingface", "the hub's home folder"),
     Variable("HF_HUB_CACHE", "path", "$HF_HOME/hub", "the hub's model and dataset cache"),
-    Variable("HF_HUB_OFFLINE", "flag", "off", "never contact the hub"),
+    Variable("HF_HUB_OFFLINE", "flag", "off", "never contact a hub (Hugging Face or ModelScope)"),
     Variable("TRANSFORMERS_OFFLINE", "flag", "off", "transformers never contacts the hub"),
     Variable("HF_TOKEN", "text", "none", "hub access token", secret=True),
     Variable("HUGGING_FACE_HUB_TOKEN", "text", "none", "hub access token (older name)",

@@ -179,6 +179,10 @@ def _open_datasets(spec: str, split: str, revision: str | None) -> Iterator[dict
 
 
 def _open_modelscope(spec: str, split: str, revision: str | None) -> Iterator[dict[str, Any]]:
+    # HF_HUB_OFFLINE=1 means no hub at all: ModelScope would otherwise go to the network and
+    # wait out its download deadline before failing
+    if hub_offline():
+        raise LookupError("HF_HUB_OFFLINE=1: ModelScope is a hub too and is not contacted")
     from modelscope import MsDataset
 
     return iter(MsDataset.load(spec, split=split, version=revision))

@@ -52,6 +52,12 @@ def _unreachable() -> Iterator[dict[str, Any]]:
     raise ConnectionError("Couldn't reach the Hub (OfflineModeIsEnabled)")
 
 
+def test_the_real_modelscope_opener_is_not_contacted_offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(LookupError, match="HF_HUB_OFFLINE=1: ModelScope is a hub too"):
+        sources._open_modelscope(NEBIUS, "train", PINNED)
+
+
 def test_the_real_datasets_opener_fails_fast_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
