@@ -43,7 +43,7 @@ POINTS = "sweep.points=[[4,16],[8,32]]"
 SMOKE_POINTS = "sweep.points=[[2,2]]"
 
 
-def sweep(out: Path, run_id: str, repeats: int, *sets: str) -> Path:
+def sweep(out: Path, run_id: str, repeats: int, port: int | None, *sets: str) -> Path:
     run = out / run_id
     manifest = run / "manifest.json"
     if manifest.exists():  # resumable: a finished run is reused, never overwritten
@@ -53,13 +53,16 @@ def sweep(out: Path, run_id: str, repeats: int, *sets: str) -> Path:
         return run
     args = [str(Path(sys.executable).with_name("repro")), "sweep", "--profile", "cpu-tiny"]
     args += ["--out", str(out), "--run-id", run_id, "--repeats", str(repeats)]
+    args += ["--port", str(port)] if port else []
     for item in sets:
         args += ["--set", item]
     subprocess.run(args, check=True)
     return run
 
 
-def measure(out: Path, pools: list[int], repeats: int, servers: int, points: str) -> list[Path]:
+def measure(
+    out: Path, pools: list[int], repeats: int, servers: int, port: int | None, points: str
+) -> list[Path]:
     runs = []
     for pool in pools:
         for server in range(servers):
@@ -68,6 +71,7 @@ def measure(out: Path, pools: list[int], repeats: int, servers: int, points: str
                     out,
                     f"p{pool}-s{server}",
                     repeats,
+                    port,
                     f"serve.num-gpu-blocks-override={pool}",
                     # the smallest pool's 16 blocks x 128 tokens, less vLLM's null block
                     "serve.max-model-len=1920",
@@ -80,6 +84,17 @@ def measure(out: Path, pools: list[int], repeats: int, servers: int, points: str
 def _pool(run: Path) -> int:
     manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
     return int(manifest["profile"]["serve"]["num-gpu-blocks-override"])
+
+
+def pace_lines(name: str, sim_run: Path) -> list[str]:
+    manifest = json.loads((sim_run / "manifest.json").read_text(encoding="utf-8"))
+    fit = manifest["build"]["calibration"]
+    lines = [
+        f"  {name} {pid}: decode x{p['decode_scale']:.2f} prefill x{p['prefill_scale']:.2f} "
+        f"out of engine {1e3 * p['overhead_s']:.0f} ms"
+        for pid, p in fit["paces"].items()
+    ]
+    return lines + [f"  {name}: last relative change of a scale {fit['pace_last_change']:.4f}"]
 
 
 def _m(rows: list[ParityRow], side: str, key: str) -> float:
@@ -121,6 +136,7 @@ def main() -> int:
     ap.add_argument("--pools", default="16,24,32")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--servers", type=int, default=1, help="server lifetimes per pool")
+    ap.add_argument("--port", type=int, help="the servers' port (default: the profile's)")
     ap.add_argument("--smoke", action="store_true")
     opts = ap.parse_args()
     pools = [int(p) for p in opts.pools.split(",")]
@@ -128,14 +144,16 @@ def main() -> int:
     if opts.smoke:
         pools, repeats, servers, points = pools[:1], 1, 1, SMOKE_POINTS
     opts.out.mkdir(parents=True, exist_ok=True)
-    runs = measure(opts.out, pools, repeats, servers, points)
-    base = sweep(opts.out, "base", 1, BASE_POINTS)
+    runs = measure(opts.out, pools, repeats, servers, opts.port, points)
+    base = sweep(opts.out, "base", 1, opts.port, BASE_POINTS)
     cells: dict[tuple[int, int], list[ParityRow]] = defaultdict(list)
     base_cells: dict[tuple[int, int], list[ParityRow]] = defaultdict(list)
+    paces: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for real in runs:
             paced = predict_run(base, real, Path(tmp) / "paced", run_id=real.name, paced=True)
             fixed = predict_run(base, real, Path(tmp) / "base", run_id=real.name)
+            paces += pace_lines(real.name, paced)
             for row, old in zip(parity_rows(real, paced), parity_rows(real, fixed), strict=True):
                 key = (_pool(real), int(row.label.lstrip("c")))
                 cells[key].append(row)
@@ -154,6 +172,8 @@ def main() -> int:
         failures += not ok
         print(f"{pool:4d} {'c' + str(parallel):>5} {len(rows):2d} {line}")
     print(f"cells outside the targets: {failures} of {len(cells)}")
+    print("\neach point's pace (step-cost scales of the base fit, out-of-engine time):")
+    print("\n".join(paces))
     return 1 if failures else 0
 
 

@@ -15,6 +15,11 @@ server histograms (sums over the point's window, `PointDeltas`):
   streaming, the client's turn hand-off) is the point's own: the client's mean latency minus
   the server's queue and inference time per request.
 
+The point's requests are replayed with the prompt lengths the server counted for them (its
+request table): a reply re-sent as text is re-tokenised with its template, so a conversation's
+turn-4 prompt came to 908-969 tokens where the templated counts with a mean excess give 945 for
+all, and with 64-token replies the 1,024-token (8-block) boundary lies inside that range.
+
 Both are speeds, not outcomes: what is left to predict is how long requests wait for the pool
 (queue time, preemptions) and so how many run at once (the gauge). The scales are found by a
 fixed-point iteration (the simulated times are nearly proportional to them).
@@ -24,10 +29,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from pathlib import Path
 
+from harness.analysis.request_table import TABLE_NAME, read_table
 from harness.errors import RunError
-from harness.results import load_run
+from harness.results import RunLayout, load_run
+from harness.sim.client import Workload
 from harness.sim.parity import CpuCost, PointDeltas, RequestTimes, point_deltas
 
 MAX_ITERATIONS = 12
@@ -121,3 +129,34 @@ def solve_paces(
         if change < tolerance:
             break
     return paces, change
+
+
+def point_workload(point_dir: Path, workload: Workload, reply: int) -> Workload:
+    """`workload` with each conversation the point replayed whole given the prompt lengths the
+    server counted for its turns (the point's request table; the later turns stay as they
+    were): new tokens of turn t = prompt t - prompt t-1 - the fixed reply."""
+    frame = read_table(point_dir / TABLE_NAME)
+    prompts: dict[int, dict[int, int]] = {}
+    rows = frame[["conversation", "turn", "prompt_tokens", "success"]].itertuples(index=False)
+    for conv, turn, prompt, ok in rows:
+        if ok and int(conv) >= 0 and prompt and prompt > 0:
+            prompts.setdefault(int(conv), {}).setdefault(int(turn), int(prompt))
+    turns = list(workload.turns)
+    for conv, by_turn in prompts.items():
+        seen = [by_turn[t] for t in range(1, len(by_turn) + 1) if t in by_turn]
+        if conv >= len(turns) or len(seen) != len(by_turn) or len(seen) > len(turns[conv]):
+            continue  # not a dataset conversation, or a turn missing
+        new = (seen[0], *(b - a - reply for a, b in pairwise(seen)))
+        if min(new) >= 1:
+            turns[conv] = new + turns[conv][len(new) :]
+    return Workload(tuple(turns), f"{workload.source} (prompts as served in {point_dir.name})")
+
+
+def recorded_workloads(real_run: Path | str, workload: Workload) -> dict[str, Workload]:
+    """Per valid point of a real run, `point_workload` (point id -> Workload)."""
+    run = load_run(real_run)
+    layout, reply = RunLayout(run.root), int(run.manifest.sweep["max_tokens"])
+    return {
+        p.point_id: point_workload(layout.point_dir(p.point_id), workload, reply)
+        for p in run.valid_points()
+    }

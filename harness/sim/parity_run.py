@@ -39,7 +39,7 @@ from harness.sim.parity import (
     point_deltas,
     recorded_workload,
 )
-from harness.sim.parity_pace import Pace, measured_targets, solve_paces
+from harness.sim.parity_pace import Pace, measured_targets, recorded_workloads, solve_paces
 from harness.sim.run import _record, simulated_manifest, write_simulated_run
 from harness.sim.run import measurement as measured_point
 
@@ -55,11 +55,15 @@ def _resent(workload: Workload, extra: float) -> Workload:
 
 
 def simulate_like(
-    real_run: Path | str, cost: CpuCost, paces: dict[str, Pace] | None = None
+    real_run: Path | str,
+    cost: CpuCost,
+    paces: dict[str, Pace] | None = None,
+    workloads: dict[str, Workload] | None = None,
 ) -> tuple[Any, list[tuple[PointRecord, list]], dict[str, RequestTimes]]:
-    """Simulate `real_run`'s profile and sweep with `cost`, or per point with its `paces`
-    (harness.sim.parity_pace; a point without one runs at `cost`): (manifest, setup,
-    workload), [(record, samples)], {point id: the simulated request times}."""
+    """Simulate `real_run`'s profile and sweep with `cost`, or per point with its `paces` and
+    `workloads` (harness.sim.parity_pace; a point without them runs at `cost` on the dataset's
+    templated counts): (manifest, setup, workload), [(record, samples)], {point id: the
+    simulated request times}."""
     run = load_run(real_run)
     man = run.manifest
     if man.simulated:
@@ -86,7 +90,7 @@ def simulate_like(
         engine.cost = pace.cost(cost) if pace else cost
         engine.overhead_s = pace.overhead_s if pace else cost.overhead_at(plan.parallel)
         client = PointClient(
-            workload,
+            (workloads or {}).get(plan.point_id, workload),
             plan.conversations,
             plan.parallel,
             turns,
@@ -110,11 +114,14 @@ def paced_simulation(
     real_run: Path | str, cost: CpuCost
 ) -> tuple[Any, list[tuple[PointRecord, list]], dict[str, Pace], float]:
     """Simulate `real_run` with every valid point at its own measured pace (fixed point of
-    `parity_pace.next_paces`): (simulate_like's first two, the paces, the last change)."""
+    `parity_pace.next_paces`) and with its requests' served prompt lengths: (simulate_like's
+    first two, the paces, the last change)."""
+    run = load_run(real_run)
+    workloads = recorded_workloads(run.root, recorded_workload(run))
     paces, change = solve_paces(
-        measured_targets(real_run), lambda p: simulate_like(real_run, cost, p)[2]
+        measured_targets(real_run), lambda p: simulate_like(real_run, cost, p, workloads)[2]
     )
-    info, results, _ = simulate_like(real_run, cost, paces)
+    info, results, _ = simulate_like(real_run, cost, paces, workloads)
     return info, results, paces, change
 
 

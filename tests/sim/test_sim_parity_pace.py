@@ -4,9 +4,11 @@ recovers a known pace from the times it produced."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from harness import metric_names as mn
+from harness.analysis.request_table import COLUMNS, TABLE_NAME, write_table
 from harness.errors import RunError
 from harness.sim.client import PointClient, Workload
 from harness.sim.parity import (
@@ -17,7 +19,15 @@ from harness.sim.parity import (
     RequestTimes,
     StatsScheduler,
 )
-from harness.sim.parity_pace import Pace, Target, next_paces, sim_prefill, sim_tpot, solve_paces
+from harness.sim.parity_pace import (
+    Pace,
+    Target,
+    next_paces,
+    point_workload,
+    sim_prefill,
+    sim_tpot,
+    solve_paces,
+)
 
 STEP = CpuCost(step_s=0.01, per_seq_s=0.0, per_prefill_token_s=0.0, overhead_s=0.0)
 
@@ -121,3 +131,29 @@ def test_the_fixed_point_recovers_a_known_pace_from_the_times_it_produced():
         assert pace.decode_scale == pytest.approx(truth[pid].decode_scale, rel=0.03)
         assert pace.prefill_scale == pytest.approx(truth[pid].prefill_scale, rel=0.03)
         assert pace.overhead_s == truth[pid].overhead_s
+
+
+def test_a_points_workload_takes_the_prompts_the_server_counted(tmp_path):
+    # conversation 1: prompts 528, 668, 796 with 64-token replies -> new tokens 528, 76, 64;
+    # conversation 0 failed its turn 3 and conversation 2 lacks turn 2: both stay templated;
+    # -1 is no dataset conversation.
+    rows = [
+        (1, 1, 528, True),
+        (1, 2, 668, True),
+        (1, 3, 796, True),
+        (0, 1, 528, True),
+        (0, 2, 650, True),
+        (0, 3, 790, False),
+        (2, 1, 528, True),
+        (2, 3, 800, True),
+        (-1, 1, 999, True),
+    ]
+    frame = pd.DataFrame([dict.fromkeys(COLUMNS) for _ in rows])
+    for column, values in zip(("conversation", "turn", "prompt_tokens", "success"), zip(*rows)):
+        frame[column] = list(values)
+    write_table(tmp_path / TABLE_NAME, frame)
+    templated = Workload(((528, 60, 60, 60),) * 3, "t")
+    out = point_workload(tmp_path, templated, 64)
+    assert out.turns[1] == (528, 76, 64, 60)  # the later turn stays as it was
+    assert out.turns[0] == (528, 58, 60, 60)  # turns 1-2 as served, turn 3 failed
+    assert out.turns[2] == (528, 60, 60, 60)
