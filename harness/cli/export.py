@@ -39,7 +39,7 @@ def export_cmd(run_dir: Path, fmt: str, out: Path | None, slo: str | None) -> No
     if out is not None:
         check_not_run_record(out, "--out")
     run = load_run(run_dir)
-    text = slo or configured_objectives(run.manifest)
+    text = slo or configured_objectives(run)
     objectives = parse_slo(text, source="--slo" if slo else "sweep.slo") if text else None
     data = export_run(run, fmt, objectives)
     if out is None:

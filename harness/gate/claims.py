@@ -317,7 +317,7 @@ def run_claims(
         first = runs[0] if runs else (load_run(next(iter(explicit.values()))) if explicit else None)
         if first is None:
             raise ReproError("give at least one run")
-        gpus = configured_gpus(first.manifest)
+        gpus = configured_gpus(first)
         claims_path = default_claims_path(gpus, first.manifest.profile_name)
     claims = load_claims(claims_path)
     mapping, notes = match_runs(claims, runs, explicit)

@@ -111,6 +111,4 @@ def choose_regression_policy(candidate: Run, policy_path: Path | str | None) -> 
     """The given regression policy file, else the default for the candidate's hardware (CPU or GPU)."""
     if policy_path is not None:
         return load_regression_policy(policy_path)
-    return load_regression_policy(
-        default_regression_policy_path(configured_gpus(candidate.manifest))
-    )
+    return load_regression_policy(default_regression_policy_path(configured_gpus(candidate)))

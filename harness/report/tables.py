@@ -181,7 +181,7 @@ def provenance(run: Run) -> list[tuple[str, str, bool]]:
         ("configuration key", m.configuration_key, False),
         ("client", f"{client.get('name', '?')} {client.get('version', '?')}", False),
         ("client command", _pretty(client.get("command") or client.get("command_template")), True),
-        ("sweep", _pretty(configured_sweep(m)), True),
+        ("sweep", _pretty(configured_sweep(run)), True),
         ("GPUs (per-GPU divisor)", str(m.gpus), False),
         ("host", _pretty(m.host), True),
         ("launch", _pretty(m.launch), True),
@@ -222,7 +222,7 @@ def slo_rows(runs: Sequence[Run], objectives: Objectives | None = None) -> list[
     Runs without objectives are left out."""
     rows = []
     for run in runs:
-        recorded = configured_objectives(run.manifest)
+        recorded = configured_objectives(run)
         if objectives is None and not recorded:
             continue
         text = objectives.text() if objectives is not None else str(recorded)

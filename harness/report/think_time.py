@@ -78,7 +78,7 @@ class StudySeries:
 
 
 def run_think_time(run: Run) -> ThinkTime:
-    return configured_think_time(run.manifest)
+    return configured_think_time(run)
 
 
 def _median_by_parallel(run: Run, key: str) -> dict[int, float]:

@@ -26,7 +26,7 @@ from harness.config import validation_message
 from harness.dataset.thinktime import NO_THINK_TIME, ThinkTime
 from harness.engine_spec import EngineSpec
 from harness.errors import RunError
-from harness.results import RunManifest
+from harness.results import Run, RunManifest
 from harness.serve.profiles import RUNNER_FIELDS, Profile
 from harness.serve.workloads import (
     WORKLOAD_FIELDS,
@@ -197,31 +197,39 @@ def readable_config(manifest: RunManifest, source: str = "manifest.json") -> Run
         return None
 
 
-def configured_objectives(manifest: RunManifest) -> str | None:
+def _source(run: Run) -> str:
+    return str(run.root / "manifest.json")
+
+
+def _readable(run: Run) -> RunConfig | None:
+    return readable_config(run.manifest, _source(run))
+
+
+def configured_objectives(run: Run) -> str | None:
     """The latency objectives the run was configured with (the workload's `slo`)."""
-    config = readable_config(manifest)
+    config = _readable(run)
     return config.gates.slo if config else None
 
 
-def configured_think_time(manifest: RunManifest) -> ThinkTime:
+def configured_think_time(run: Run) -> ThinkTime:
     """The pauses the client made between turns (none for a record without a configuration)."""
-    config = readable_config(manifest)
+    config = _readable(run)
     return config.client_workload().think_time if config else NO_THINK_TIME
 
 
-def configured_sweep(manifest: RunManifest) -> dict[str, Any]:
+def configured_sweep(run: Run) -> dict[str, Any]:
     """The resolved sweep (the workload's fields and the runner's settings), for display; a
     manifest older than the stored configuration shows its `sweep` as written (a derived one
     would add the fields introduced since, with their defaults)."""
-    if manifest.run_config is None:
-        return manifest.sweep
-    return run_config(manifest).profile().sweep.model_dump(mode="json")
+    if run.manifest.run_config is None:
+        return run.manifest.sweep
+    return run_config(run.manifest, _source(run)).profile().sweep.model_dump(mode="json")
 
 
-def configured_gpus(manifest: RunManifest) -> int:
+def configured_gpus(run: Run) -> int:
     """The profile's GPU count, 0 for a CPU profile (the manifest's `gpus` is the per-GPU
     divisor, never below 1)."""
-    config = readable_config(manifest)
+    config = _readable(run)
     if config is not None:
         return config.profile().gpus
-    return int(manifest.profile.get("gpus", manifest.gpus) or 0)
+    return int(run.manifest.profile.get("gpus", run.manifest.gpus) or 0)

@@ -46,7 +46,7 @@ def test_the_objectives_think_time_and_gpus_come_from_the_run_configuration(conf
     [row] = slo_rows([run])
     assert (row["objectives"], row["source"]) == ("tpot=50ms", "sweep.slo")
     assert (run_think_time(run).kind, run_think_time(run).seconds) == ("fixed", 3.0)
-    assert configured_gpus(run.manifest) == 0  # the configured CPU profile, not the divisor
+    assert configured_gpus(run) == 0  # the configured CPU profile, not the divisor
     assert choose_regression_policy(run, None).source == DEFAULT_CPU_POLICY
     sweep = _row(run, "sweep")
     assert json.loads(sweep)["slo"] == "tpot=50ms"
@@ -61,7 +61,7 @@ def test_a_record_too_partial_to_derive_a_configuration_still_reads(tmp_path: Pa
     assert readable_config(run.manifest) is None
     assert slo_rows([run]) == []  # no objectives, as before the configuration existed
     assert run_think_time(run) == NO_THINK_TIME
-    assert configured_gpus(run.manifest) == 8
+    assert configured_gpus(run) == 8
     assert choose_regression_policy(run, None).source == DEFAULT_GPU_POLICY
     assert json.loads(_row(run, "sweep")) == run.manifest.sweep
 
@@ -69,5 +69,5 @@ def test_a_record_too_partial_to_derive_a_configuration_still_reads(tmp_path: Pa
 def test_a_damaged_stored_configuration_is_an_error_naming_the_key(tmp_path: Path):
     run_dir = write_run(tmp_path / "bad", "bad", POINTS)
     _with_config(run_dir, {"schema_version": "repro.runconfig/1", "engine": {"kind": "vllm"}})
-    with pytest.raises(RunError, match="run_config"):
+    with pytest.raises(RunError, match=rf"^{run_dir / 'manifest.json'}: .*run_config"):
         slo_rows([load_run(run_dir)])

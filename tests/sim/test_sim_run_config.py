@@ -81,5 +81,5 @@ def test_the_run_table_and_objectives_read_as_from_the_manifest(simulated: Path)
     run = load_run(simulated)
     row = next(value for name, value, _ in provenance(run) if name == "sweep")
     assert row == json.dumps(run.manifest.sweep, indent=2, sort_keys=True, default=str)
-    assert list(configured_sweep(run.manifest).items()) == list(run.manifest.sweep.items())
-    assert configured_objectives(run.manifest) == run.manifest.sweep["slo"]
+    assert list(configured_sweep(run).items()) == list(run.manifest.sweep.items())
+    assert configured_objectives(run) == run.manifest.sweep["slo"]
