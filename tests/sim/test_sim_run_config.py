@@ -13,6 +13,7 @@ from harness.results import load_run
 from harness.run.config import RunConfig, configured_objectives, configured_sweep, run_config
 from harness.serve.profiles import load_profile
 from harness.sim.run import run_simulation
+from harness.sim.startup import EngineRefused
 
 SETS = ["sweep.points=[[1,2],[2,4]]", "sweep.scrape_interval_s=2", "sim.prefill_eff=0.5"]
 
@@ -83,3 +84,23 @@ def test_the_run_table_and_objectives_read_as_from_the_manifest(simulated: Path)
     assert row == json.dumps(run.manifest.sweep, indent=2, sort_keys=True, default=str)
     assert list(configured_sweep(run).items()) == list(run.manifest.sweep.items())
     assert configured_objectives(run) == run.manifest.sweep["slo"]
+
+
+def test_a_refused_simulation_records_its_configuration_too(tmp_path: Path) -> None:
+    """A start the engine refuses is a failed run that claims judge: it carries the record."""
+    recipe = tmp_path / "one-m.yaml"
+    recipe.write_text(
+        "number: 3\nnum_turns: 2\nfirst_turn_length: 1000000\nsubsequent_turn_length: 500\n"
+    )
+    sets = ["sweep.points=[[1,1]]"]
+    with pytest.raises(EngineRefused):
+        run_simulation("offload512-1m", dataset=str(recipe), overrides=sets, out=tmp_path)
+    [run_dir] = [p for p in tmp_path.iterdir() if p.is_dir()]
+    run = load_run(run_dir)
+    assert run.manifest.status == "failed" and run.manifest.run_config is not None
+    config = run_config(run.manifest)
+    assert (config.engine.kind, config.server.profile_name, config.server.overrides) == (
+        "sim",
+        "offload512-1m",
+        sets,
+    )
