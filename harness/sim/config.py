@@ -256,7 +256,8 @@ class SimSetup:
         else:
             pol = GpuResidency(self.pool_units, block_tokens, self.prefix_caching)
         rf = self.roofline
-        mtp = Mtp(self.spec_tokens, rf.acceptance_length if self.spec_tokens else 1.0)
+        accept = rf.acceptance_length if self.spec_tokens else 1.0
+        mtp = Mtp(self.spec_tokens, accept, rf.acceptance_spread)
         sched = Scheduler(
             pol,
             max_num_seqs=self.max_num_seqs,

@@ -94,6 +94,9 @@ FIT_PARAMS: dict[str, tuple[float, float]] = {
     "kernel_floor_us": (2.0, 60.0),
     "step_overhead_ms": (0.0, 5.0),
     "acceptance_length": (1.0, 4.0),
+    # How far one request's mean acceptance lies from the arm's (the drafter predicts some replies
+    # better than others): uniform within acceptance_length x (1 +- spread) (docs/simulator.md §5b).
+    "acceptance_spread": (0.0, 0.5),
     "miss_rate": (0.0, 0.6),
     "pcie_eff": (0.3, 0.9),
     # Served bytes of an offloaded block / the calculator's (47,700 B/token): from the
@@ -122,6 +125,8 @@ PARAM_MEANING: dict[str, str] = {
     "kernel_floor_us": "latency floor of one kernel group (launch + a batch-1 kernel), us",
     "step_overhead_ms": "host time per step not hidden by the GPU (schedule, sample, prepare)",
     "acceptance_length": "mean tokens emitted per MTP3 verify step (check: spec-decode counters)",
+    "acceptance_spread": "relative half-range of one request's mean acceptance length around "
+    "the arm's (content-dependent; drafts drawn per step; check: per-request tokens per chunk)",
     "miss_rate": "fraction of a host-resident request's top-K rows copied from host per step",
     "pcie_eff": "achieved / datasheet PCIe bandwidth for host-to-device copies",
     "host_bytes_scale": "served bytes of an offloaded block / the calculator's (47,700 B/token); "
@@ -168,6 +173,7 @@ class Roofline:
     kernel_floor_us: float = 10.0
     step_overhead_ms: float = 1.0
     acceptance_length: float = 2.8
+    acceptance_spread: float | None = None  # None: every request emits evenly (harness/sim/mtp.py)
     miss_rate: float = 0.2
     pcie_eff: float = 0.8
     host_bytes_scale: float = 1.0  # the calculator's layout (`--calibration none`)

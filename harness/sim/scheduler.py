@@ -176,7 +176,7 @@ class Scheduler:
                         req.first_token_at = end
                     self.residency.on_computed(req)
             else:
-                emitted = min(self.mtp.emitted(req.decode_steps), req.max_out - req.out)
+                emitted = min(self.mtp.emitted(req.decode_steps, req.rid), req.max_out - req.out)
                 req.decode_steps += 1
                 if spec:
                     c.drafts += 1
