@@ -149,6 +149,11 @@ class Engine(ABC):
         """Virtual time runs K x faster than the wall clock (None: real time)."""
         return None
 
+    def interval80(self, server: Server, metrics: Mapping[str, Any]) -> dict[str, list[float]]:
+        """The engine's own 80 % prediction interval of a served point's headline metrics,
+        written as the point's `fidelity.interval80` (empty: the engine predicts nothing)."""
+        return {}
+
     def attached_url(self, args: EngineArgs) -> str | None:
         """The URL of a server someone else runs (None: the engine launches its own)."""
         return None

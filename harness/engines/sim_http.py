@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError
 from harness.engines.base import Engine, EngineArgs, EngineOption, Server, StartContext
 from harness.errors import ConfigError
 from harness.serve.profiles import Profile
+from harness.sim.serve.interval import served_interval80
 from harness.sim.serve.process import SimServer
 from harness.sim.serve.server import DEFAULT_TIME_SCALE, sim_dataset_for
 
@@ -80,6 +81,10 @@ class SimHttpEngine(Engine):
     def time_scale(self, args: EngineArgs) -> float | None:
         assert isinstance(args, SimHttpArgs)
         return args.time_scale
+
+    def interval80(self, server: Server, metrics: Mapping[str, Any]) -> dict[str, list[float]]:
+        assert isinstance(server, SimServer)
+        return served_interval80(server, metrics)
 
     def start(self, profile: Profile, args: EngineArgs, ctx: StartContext) -> Server:
         assert isinstance(args, SimHttpArgs)

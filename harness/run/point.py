@@ -30,12 +30,11 @@ from harness.client.evalscope import (
 )
 from harness.client.plan import PlannedPoint
 from harness.client.scrape import Sample, Scraper, write_samples_csv
-from harness.engines import Server
+from harness.engines import Engine, Server
 from harness.measurement import Measurement
 from harness.results import PointRecord, RunLayout, atomic_write_json
 from harness.run.console import Progress
 from harness.serve.profiles import SweepSpec
-from harness.sim.serve.interval import served_interval80
 
 
 def warm_up(
@@ -161,6 +160,7 @@ def run_point(
     progress: Progress,
     expected_turn_tokens: int | None = None,
     time_scale: float = 1.0,
+    engine: Engine | None = None,
 ) -> PointRecord:
     """Run one point against a live server and return its (not yet written) record.
 
@@ -215,8 +215,8 @@ def run_point(
         read_request_bodies(ev_dir), expected_turn_tokens=expected_turn_tokens
     )
     fidelity.update(derived.info)
-    if interval := served_interval80(server, derived.metrics):  # the sim's calibration's 80 %
-        fidelity["interval80"] = interval  # interval, as `repro simulate` writes it
+    if engine is not None and (interval := engine.interval80(server, derived.metrics)):
+        fidelity["interval80"] = interval  # e.g. the simulator's calibration, as `repro simulate`
     notes += fidelity.get("warnings", [])
     return PointRecord(
         **plan.identity(turns),

@@ -281,6 +281,7 @@ def _run_points(
             progress=progress,
             expected_turn_tokens=expected_turn,
             time_scale=k,
+            engine=target.engine,
         )
         if not alive(server) and target.engine.launches:
             echo(f"  server died during {plan.point_id}: restarting")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import engines
 from harness.serve.profiles import load_profile
 from harness.sim import config as sim_config
 from harness.sim.config import find_calibration, load_calibration, resolve_calibration
@@ -71,7 +72,16 @@ def test_no_interval_uncalibrated_without_facts_or_for_a_real_server(tmp_path, f
     assert served_interval80(_server(tmp_path, "sim serve: facts {cut sh"), METRICS) == {}
     missing = SimServer(load_profile("hisparse384"), log_path=tmp_path / "no.log", time_scale=2)
     assert served_interval80(missing, METRICS) == {}
-    assert served_interval80(object(), METRICS) == {}  # any other engine's server
+    # the run layer asks the engine: only the simulated server's predicts an interval
+    real_server = missing  # whatever the server, a real engine predicts nothing
+    assert engines.get("vllm").interval80(real_server, METRICS) == {}
+    assert engines.get("url").interval80(real_server, METRICS) == {}
+    calibrated = _server(tmp_path, facts_line(facts["default"]))
+    assert (
+        engines.get("sim-http").interval80(calibrated, METRICS)
+        == served_interval80(calibrated, METRICS)
+        != {}
+    )
 
 
 def test_interval_needs_a_positive_value():

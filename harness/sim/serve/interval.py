@@ -30,11 +30,9 @@ def interval80(sigma: Mapping[str, float], metrics: Mapping[str, Any]) -> dict[s
     return out
 
 
-def served_interval80(server: object, metrics: Mapping[str, Any]) -> dict[str, list[float]]:
-    """The interval of a point `server` served: empty unless it is the simulated server and
-    ran calibrated (an uncalibrated one logs no sigma; a real server has no calibration)."""
-    if not isinstance(server, SimServer):
-        return {}
+def served_interval80(server: SimServer, metrics: Mapping[str, Any]) -> dict[str, list[float]]:
+    """The interval of a point the simulated `server` served: empty when it ran uncalibrated
+    (it logs no sigma then)."""
     try:
         with open(server.log_path, encoding="utf-8", errors="replace") as log:
             sigma = read_facts(log).get("interval_sigma")
