@@ -117,7 +117,10 @@ def verdict(rows: list[ParityRow], base_rows: list[ParityRow], parallel: int) ->
     err, s_err, ok = meets(meas, pred, static)
     pm, pp = _m(rows, "measured", "preemptions"), _m(rows, "predicted", "preemptions")
     qm, qp = _m(rows, "measured", "queue_s"), _m(rows, "predicted", "queue_s")
-    ok = ok and (pm == pp == 0 or (pm > 0 and abs(pp / pm - 1) <= 0.5))
+    qb = _m(base_rows, "predicted", "queue_s")
+    misses = [] if ok else [f"occupancy ({100 * err:+.1f}% vs static {100 * s_err:+.1f}%)"]
+    if not (pm == pp == 0 or (pm > 0 and abs(pp / pm - 1) <= 0.5)):
+        misses.append("preemptions")
     gm, gp = _m(rows, "measured", "occupancy"), _m(rows, "predicted", "occupancy")
     gt = _m(rows, "predicted", "gauge_time_mean")
     g_err, gs_err, g_ok = meets(gm, gp, static)
@@ -126,8 +129,9 @@ def verdict(rows: list[ParityRow], base_rows: list[ParityRow], parallel: int) ->
         f"{meas:5.2f}±{spread:4.2f} {pred:5.2f} {100 * err:+5.0f}% {base:5.2f} {static:6d} "
         f"{100 * s_err:+5.0f}% | {gm:5.2f} {gp:5.2f} {100 * g_err:+5.0f}% {gt:5.2f} "
         f"{100 * gs_err:+5.0f}% {'ok' if g_ok else 'miss':4} | {pm:4.2f}/{pp:<4.2f} "
-        f"{1e3 * qm:5.0f}/{1e3 * qp:<5.0f}" + ("" if ok else "  MISSES TARGET")
-    ), ok
+        f"{1e3 * qm:5.0f}/{1e3 * qp:.0f}/{1e3 * qb:<5.0f}"
+        + (f"  MISSES: {', '.join(misses)}" if misses else "")
+    ), not misses
 
 
 def main() -> int:
@@ -164,7 +168,7 @@ def main() -> int:
     print(
         f"{'pool':>4} {'point':>5} {'n':>2} {'engine meas':>10} {'pred':>5} {'err':>6} "
         f"{'base':>5} {'static':>6} {'s.err':>6} | {'gauge':>5} {'pred':>5} {'err':>6} "
-        f"{'t.avg':>5} {'s.err':>6} {'':4} | {'preempt':>9} {'queue ms':>11}"
+        f"{'t.avg':>5} {'s.err':>6} {'':4} | {'preempt':>9} {'queue ms m/p/base':>17}"
     )
     failures = 0
     for (pool, parallel), rows in sorted(cells.items()):
