@@ -5,21 +5,24 @@ server per pool running every point `--repeats` times), fits the step cost's sha
 unpressured sweep and predicts every measured point by replaying that point's own pace
 (docs/simulator.md §6c): the step cost is scaled until the simulated requests decode and
 prefill as fast as the measured ones did (the server's histograms over that point's window)
-and each request spends the measured out-of-engine time; the prediction is the queueing and
-running the pool allows. Verdict per pool size and concurrency, on the means over the repeats:
-- occupancy within +-15 %, and an error below half the static bound's,
-  min(concurrency, pool / blocks per request);
+and each request spends the measured out-of-engine time, with the prompt lengths the server
+counted; the prediction is the queueing and running the pool allows. Verdict per pool size and
+concurrency, on the means over the repeats:
+- the engine occupancy (vLLM's inference time summed over the point, over its duration) within
+  +-15 %, and an error below half the static bound's, min(concurrency, pool / blocks per
+  request);
 - preemptions within +-50 % (both zero counts as met).
-The column `base` is the older prediction (the base sweep's step cost and out-of-engine line
-at every point), printed to show what the load did to it.
+The gauge occupancy (mean of the nonzero scrapes) is printed beside it with its own check but
+does not decide: lockstep turns alias with the scrape period (docs/simulator.md §6c). The
+`base` columns are the prediction at the base sweep's pace, to show what the load does.
 
 The CPU build registers vLLM's OffloadingConnector, but its CPU offloading spec refuses to
 create a worker on the CPU platform (CUDA-alike and XPU only), so there is no offloading arm.
-Real runs take minutes each (2 shared cores): run this on a quiet machine, not in CI; the
-verdict does not depend on the load, the run time does.
+Real runs take 2-5 minutes each on the shared 2 cores; not for CI. The verdict does not
+depend on the load, the run time does.
 
 Run:  PYTHONPATH=$PWD /work/main/.venv/bin/python benchmarks/bench_sim_parity_wide.py OUT
-      [--pools 16,24,32] [--repeats 3] [--servers 1] [--smoke]
+      [--pools 16,24,32] [--repeats 3] [--servers 1] [--port N] [--smoke]
       (--smoke: one pool, one repeat, c2 only). Finished sweeps under OUT are reused.
 """
 
