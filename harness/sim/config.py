@@ -7,7 +7,6 @@ that do not change performance (parsers, names) are listed in `NO_EFFECT`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,6 +21,7 @@ from harness.paths import REPO_ROOT
 from harness.sim.cost import FIT_PARAMS, Roofline
 from harness.sim.engine import Engine
 from harness.sim.facts import compute_facts, gpu_facts
+from harness.sim.intervals import interval80
 from harness.sim.mtp import Mtp
 from harness.sim.pool import (
     derived_kv_gib,
@@ -71,7 +71,6 @@ DEFAULT_GPU = "h200"
 
 
 INTERVAL_METRICS = ("occupancy", "interactivity", "throughput_per_gpu")
-Z80 = 1.2816  # two-sided 80 % interval of a normal: +-1.2816 sigma
 
 
 @dataclass(frozen=True)
@@ -200,14 +199,7 @@ class SimSetup:
 
     def interval80(self, metrics: dict[str, Any]) -> dict[str, list[float]] | None:
         """80 % prediction interval of each headline metric: value x exp(+-1.2816 sigma)."""
-        if not self.interval_sigma:
-            return None
-        out = {}
-        for name, sigma in self.interval_sigma.items():
-            value = metrics.get(name)
-            if isinstance(value, int | float) and value > 0:
-                out[name] = [value * math.exp(-Z80 * sigma), value * math.exp(Z80 * sigma)]
-        return out
+        return interval80(self.interval_sigma, metrics) if self.interval_sigma else None
 
     def with_params(self, **params: float) -> SimSetup:
         return replace(self, roofline=replace(self.roofline, **params))  # type: ignore[arg-type]  # FIT_PARAMS fields are floats

@@ -13,7 +13,8 @@ from harness.serve.profiles import load_profile
 from harness.sim import config as sim_config
 from harness.sim.config import find_calibration, load_calibration, resolve_calibration
 from harness.sim.config import setup_from_profile as offline_setup
-from harness.sim.serve.interval import interval80, served_interval80
+from harness.sim.intervals import interval80
+from harness.sim.serve.interval import served_interval80
 from harness.sim.serve.process import SimServer
 from harness.sim.serve.server import ServeOptions, build_state, facts_line, read_facts
 

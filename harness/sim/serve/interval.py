@@ -5,29 +5,17 @@ for its points, from the same calibration (docs/simulator.md §6).
 The server resolves its calibration and logs the intervals' log-space sigmas among its start-up
 facts (`harness.sim.serve.server.FACTS_PREFIX`); the point's metrics are only known on the
 client side, where the record is written, so the interval is computed there: value x
-exp(+-1.2816 sigma), as `harness.sim.config.SimSetup.interval80` does offline.
+exp(+-1.2816 sigma) by `harness.sim.intervals`, the formula `repro simulate` uses offline.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from harness.sim.config import Z80
+from harness.sim.intervals import interval80
 from harness.sim.serve.process import SimServer
 from harness.sim.serve.server import read_facts
-
-
-def interval80(sigma: Mapping[str, float], metrics: Mapping[str, Any]) -> dict[str, list[float]]:
-    """Each metric with a sigma and a positive value: [value x exp(-Z80 sigma), value x
-    exp(+Z80 sigma)]."""
-    out = {}
-    for name, s in sigma.items():
-        value = metrics.get(name)
-        if isinstance(value, int | float) and value > 0:
-            out[name] = [value * math.exp(-Z80 * s), value * math.exp(Z80 * s)]
-    return out
 
 
 def served_interval80(server: SimServer, metrics: Mapping[str, Any]) -> dict[str, list[float]]:
