@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -31,12 +32,21 @@ def _night(tmp_path, name, accepted, **kwargs):
     )
 
 
-@pytest.fixture
-def accepted(tmp_path):
-    """A history with one accepted hisparse384 entry (the current code's values)."""
-    path = tmp_path / "accepted.jsonl"
-    first = _night(tmp_path, "n0", path, accept=True, reason="first figure")
+@pytest.fixture(scope="module")
+def accepted_once(tmp_path_factory):
+    """A history with one accepted hisparse384 entry (the current code's values), simulated
+    once per module: each test gets its own copy, as several append to it."""
+    root = tmp_path_factory.mktemp("simnight")
+    path = root / "accepted.jsonl"
+    first = _night(root, "n0", path, accept=True, reason="first figure")
     assert first.exit_code == 0 and first.appended == ["hisparse384"]
+    return path
+
+
+@pytest.fixture
+def accepted(tmp_path, accepted_once):
+    path = tmp_path / "accepted.jsonl"
+    shutil.copyfile(accepted_once, path)
     return path
 
 
