@@ -16,19 +16,15 @@ from pathlib import Path
 
 import pytest
 import requests
+from procs import children
 from prometheus_client.parser import text_string_to_metric_families
-from support.counters import (
-    GENERATION_TOTAL,
-    counter_total,
-    finished_requests,
-    wait_for_generated,
-)
 
 from harness.errors import ServerError
 from harness.serve.profiles import load_profile
 from harness.serve.server import VllmServer, free_port, group_and_descendants, port_is_free
 
 MAX_TOKENS = 4000  # all of cpu-tiny's 4,096-token context after the prompt
+BODY = {"model": "tiny", "ignore_eos": True, "messages": [{"role": "user", "content": "hi"}]}
 FAST = ("serve.enforce-eager=true",)  # skip torch.compile: ~27 s starts for lifecycle tests
 
 
@@ -36,6 +32,13 @@ def http() -> requests.Session:
     session = requests.Session()
     session.trust_env = False
     return session
+
+
+def engine_core_pid(api_server: int) -> int:
+    """The vLLM engine process under an API server (its process title names it)."""
+    engines = [pid for pid, (_, cmd) in children(api_server).items() if "EngineCore" in cmd]
+    assert len(engines) == 1, children(api_server)
+    return engines[0]
 
 
 def live(pids: set[int]) -> set[int]:
@@ -149,20 +152,15 @@ def test_server_killed_mid_request_is_reported(cpu_build, tmp_path: Path) -> Non
         profile, log_path=tmp_path / "killed.log", port=free_port(), build=cpu_build
     )
     errors: list[BaseException] = []
-    done = threading.Event()
+    done, answered = threading.Event(), threading.Event()
 
     def long_request() -> None:
-        body = {
-            "model": "tiny",
-            "stream": True,
-            "ignore_eos": True,
-            "max_tokens": MAX_TOKENS,
-            "messages": [{"role": "user", "content": "hi"}],
-        }
+        body = {**BODY, "stream": True, "max_tokens": MAX_TOKENS}
         try:
             with http().post(
                 f"{server.base_url}/v1/chat/completions", json=body, stream=True, timeout=180
             ) as response:
+                answered.set()  # 200 and headers: the server took the request
                 for line in response.iter_lines():
                     if line.strip() == b"data: [DONE]":
                         done.set()
@@ -174,18 +172,22 @@ def test_server_killed_mid_request_is_reported(cpu_build, tmp_path: Path) -> Non
 
     with server:
         group = group_and_descendants(server.pid, server.pid)
-        # the server's own warm-up requests come before this one
-        finished_before = finished_requests(server.base_url)
-        generated_before = counter_total(server.base_url, GENERATION_TOTAL) or 0.0
-        client = threading.Thread(target=long_request)
-        client.start()
-        # The kill is triggered by the server's own count of generated tokens, not by the
-        # client's first line: under load a starved client thread read its first line after
-        # the whole 3,000-token stream sat in the socket buffers, and saw [DONE].
-        generated = wait_for_generated(server.base_url, at_least=generated_before + 16)
-        finished = finished_requests(server.base_url)
-        assert finished == finished_before and generated - generated_before < MAX_TOKENS / 2
-        os.kill(server.pid, signal.SIGKILL)  # the API server dies with a request in flight
+        # The request cannot end before the kill: the engine process is frozen (SIGSTOP) before
+        # the request is sent, so the API server takes it and opens its stream but no token is
+        # generated until the API server is dead. Every trigger that raced a running engine
+        # failed under load: the client's first line (read after a starved client's buffers
+        # held the whole stream), a /metrics count (answered only after the request ended),
+        # the first token (a slow API server merges the outputs it is behind on, so the first
+        # chunk came with the last).
+        engine = engine_core_pid(server.pid)
+        os.kill(engine, signal.SIGSTOP)
+        try:
+            client = threading.Thread(target=long_request)
+            client.start()
+            assert answered.wait(180), "the server did not answer the request in 180 s"
+            os.kill(server.pid, signal.SIGKILL)  # the API server dies with a request in flight
+        finally:
+            os.kill(engine, signal.SIGCONT)  # the orphaned engine then sees its parent gone
         client.join(180)
         assert not client.is_alive()
         deadline = time.monotonic() + 120  # a bound for a hang, not a speed verdict

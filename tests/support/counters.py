@@ -32,17 +32,6 @@ def finished_requests(base_url: str) -> float | None:
     return counter_total(base_url, SUCCESS_TOTAL)
 
 
-def wait_for_generated(base_url: str, at_least: float, timeout_s: float = 180) -> float:
-    """Poll until the server has generated at least `at_least` tokens; the count seen."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        tokens = counter_total(base_url, GENERATION_TOTAL)
-        if tokens is not None and tokens >= at_least:
-            return tokens
-        time.sleep(0.02)
-    raise AssertionError(f"{base_url}: fewer than {at_least} tokens generated in {timeout_s} s")
-
-
 def wait_for_finished(base_url: str, at_least: float, timeout_s: float = 900) -> float:
     """Poll until at least `at_least` requests have finished; the count seen."""
     deadline = time.monotonic() + timeout_s
