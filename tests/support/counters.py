@@ -10,7 +10,6 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 SUCCESS_TOTAL = "vllm:request_success_total"
-GENERATION_TOTAL = "vllm:generation_tokens_total"
 
 
 def counter_total(base_url: str, name: str) -> float | None:
