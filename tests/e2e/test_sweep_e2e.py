@@ -17,7 +17,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from procs import children
-from support.counters import wait_for_finished
 
 from harness.errors import RunError
 from harness.results import load_run
@@ -281,24 +280,24 @@ def test_server_killed_mid_point_is_invalid_and_sweep_continues(cpu_build, tmp_p
     killed: dict[str, object] = {}
 
     def killer() -> None:
-        # Kill once the point has finished 2 of its 32 requests (a counted event). The running
-        # gauge is no trigger: on a fast CPU it reads 0 on most scrapes (a CI run saw 1 non-zero
-        # scrape in the whole point), so a kill when it was last seen non-zero landed after it.
-        # 192-token replies leave a minute of requests after the trigger: with 64, a loaded CI
-        # run's poller saw the count only once all 32 had finished.
+        # Freeze the engine (SIGSTOP) as soon as the point's client exists, then kill the
+        # server's group: frozen, the engine finishes no request, so the point cannot end
+        # before the kill. Reading a /metrics count first raced the engine: a busy API server
+        # answered such reads only after the requests had ended (the running gauge read 0 on
+        # most scrapes; a count of 2 finished was seen once all 32 had finished). Between the
+        # client's start and the freeze there is only a /proc scan, against the client's
+        # start-up and 32 requests of 192 tokens.
         deadline = time.monotonic() + 900
         client_log = tmp_path / "kill" / "points" / "p002-n0008-r0" / "client.log"
         while not client_log.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        base_url = json.loads((tmp_path / "kill" / "manifest.json").read_text())["base_url"]
-        base = wait_for_finished(base_url, 0)
-        done = wait_for_finished(base_url, base + 2)
         while "pgid" not in killed and time.monotonic() < deadline:
             pgid = _server_group(port)  # None while a /proc entry is unreadable: look again
-            if pgid:
-                os.killpg(pgid, signal.SIGKILL)
+            engines = [p for p, (_, cmd) in children(pgid).items() if "EngineCore" in cmd]
+            if pgid and engines:
+                os.kill(engines[0], signal.SIGSTOP)
+                os.killpg(pgid, signal.SIGKILL)  # the stopped engine dies with its group
                 killed["pgid"] = pgid
-                killed["finished_before_kill"] = done - base
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
@@ -319,7 +318,6 @@ def test_server_killed_mid_point_is_invalid_and_sweep_continues(cpu_build, tmp_p
     )
     thread.join(timeout=5)
     assert "pgid" in killed
-    assert killed["finished_before_kill"] < 32, killed  # the kill landed inside the point
     run = load_run(run_dir)
     assert run.manifest.engine == "vllm" and run.manifest.status == "complete"
     first, second = sorted(run.points, key=lambda p: p.started_at)
