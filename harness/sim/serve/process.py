@@ -8,7 +8,6 @@ teardown SIGINT -> SIGTERM -> SIGKILL over the group, atexit stop. It supplies o
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -21,6 +20,7 @@ from harness.paths import REPO_ROOT
 from harness.serve.lifecycle import Launch, OwnedServer
 from harness.serve.profiles import Profile
 from harness.serve.provenance import host_facts
+from harness.sim.serve.server import read_facts
 
 SIM_READY_TIMEOUT_S = 900.0  # a first start encodes the dataset (~1 min on 2 busy cores)
 
@@ -81,11 +81,8 @@ class SimServer(OwnedServer):
         return Launch(command=self.sim_command(), env=env)
 
     def provenance(self) -> dict[str, Any]:
-        facts = {}
-        for line in reversed(self.log_tail(200).splitlines()):
-            if line.startswith("sim serve: facts "):
-                facts = json.loads(line.removeprefix("sim serve: facts "))
-                break
+        # the latest start's facts: a restarted server appends to the same log
+        facts = read_facts(reversed(self.log_tail(200).splitlines()))
         return {
             "engine": "sim",
             "profile": self.profile.model_dump(mode="json"),
