@@ -37,7 +37,7 @@ from collections import defaultdict
 from pathlib import Path
 from statistics import mean
 
-from harness.sim.parity_run import ParityRow, parity_rows, predict_run
+from harness.sim.parity_run import ParityRow, pace_lines, parity_rows, predict_run
 
 BASE_POINTS = "sweep.points=[[1,2],[4,8]]"
 # 16 and 32 conversations x 4 turns: points of 5-40 s, so that the 0.25 s gauge scrapes give
@@ -87,17 +87,6 @@ def measure(
 def _pool(run: Path) -> int:
     manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
     return int(manifest["profile"]["serve"]["num-gpu-blocks-override"])
-
-
-def pace_lines(name: str, sim_run: Path) -> list[str]:
-    manifest = json.loads((sim_run / "manifest.json").read_text(encoding="utf-8"))
-    fit = manifest["build"]["calibration"]
-    lines = [
-        f"  {name} {pid}: decode x{p['decode_scale']:.2f} prefill x{p['prefill_scale']:.2f} "
-        f"out of engine {1e3 * p['overhead_s']:.0f} ms"
-        for pid, p in fit["paces"].items()
-    ]
-    return lines + [f"  {name}: last relative change of a scale {fit['pace_last_change']:.4f}"]
 
 
 def _m(rows: list[ParityRow], side: str, key: str) -> float:
@@ -160,7 +149,7 @@ def main() -> int:
         for real in runs:
             paced = predict_run(base, real, Path(tmp) / "paced", run_id=real.name, paced=True)
             fixed = predict_run(base, real, Path(tmp) / "base", run_id=real.name)
-            paces += pace_lines(real.name, paced)
+            paces += [f"  {real.name}{line[1:]}" for line in pace_lines(paced)]
             for row, old in zip(parity_rows(real, paced), parity_rows(real, fixed), strict=True):
                 key = (_pool(real), int(row.label.lstrip("c")))
                 cells[key].append(row)

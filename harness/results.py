@@ -35,7 +35,7 @@ from harness.config import read_json, validate
 from harness.engine_spec import CONFIG_KEY_NAMES, RUN_1, RUN_1_AS_2, EngineSpec, legacy_engine_spec
 from harness.errors import RunError
 from harness.paths import check_not_run_record, check_writable  # noqa: F401 - lived here first
-from harness.text import rows_to_csv
+from harness.text import modified_text, rows_to_csv
 
 RUN_SCHEMA: Final = "repro.run/2"
 POINT_SCHEMA: Final = "repro.point/1"
@@ -62,6 +62,13 @@ METRICS: dict[str, MetricSpec] = {
         "requests",
         "higher",
         f"Mean of the non-zero {mn.NUM_REQUESTS_RUNNING} samples, summed over engines (blog).",
+    ),
+    "engine_occupancy": MetricSpec(
+        "Mean requests in the engine",
+        "requests",
+        "higher",
+        f"Delta of {mn.hist_sum(mn.REQUEST_INFERENCE_TIME_SECONDS)} over the point / the span"
+        " of its requests: the engine's own time, not a sampled gauge.",
     ),
     "interactivity": MetricSpec(
         "Interactivity",
@@ -399,7 +406,9 @@ class RunManifest(_Record):
         served = (self.launch or {}).get("sim")  # a sim server's facts: repro sweep --engine sim
         for facts, key in ((offline, "path"), (served, "calibration")):
             if self.simulated and isinstance(facts, dict) and key in facts:
-                return Path(facts[key]).stem if facts[key] else UNCALIBRATED
+                if not facts[key]:
+                    return UNCALIBRATED
+                return Path(facts[key]).stem + modified_text(facts.get("modified"))
         return None
 
 

@@ -73,3 +73,11 @@ def rows_to_csv(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
     return buffer.getvalue()
+
+
+def modified_text(params: Any) -> str:
+    """What a calibrated simulated run moved off its fit (`--set sim.NAME=VALUE`), as its label
+    says it: " + sim.hbm_eff=0.7"; empty when nothing was moved."""
+    if not isinstance(params, dict) or not params:
+        return ""
+    return " + " + ", ".join(f"sim.{k}={v:g}" for k, v in sorted(params.items()))

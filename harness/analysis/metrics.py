@@ -8,6 +8,9 @@ engine and client produced it.  Rules (see docs/vllm.md §3 and docs/pitfalls.md
   which takes the max over engines; then mean/max over the scrapes of the point window;
 - occupancy: mean of the *non-zero* per-scrape sums of the running-requests gauge; null (never
   0) when no scrape saw a running request;
+- engine occupancy: the increase of the inference-time histogram's sum (each finished request's
+  time from first scheduled to last token) over the span of the point's requests: every
+  request counts, where the gauge is sampled and, on a fast server, may see a handful of them;
 - counters: per series (name + labels), increases between consecutive scrapes, where a drop is a
   reset (restarted server) and the increase after it is the new value itself; summed over series.
   Counter sample names end in `_total`; both `X_total` and `X` are accepted;
@@ -135,6 +138,15 @@ def client_in_flight_mean(requests: Sequence[RequestRecord]) -> float | None:
     return sum(e - s for s, e in spans) / (end - begin)
 
 
+def request_span_s(requests: Sequence[RequestRecord], client: ClientSummary | None) -> float | None:
+    """From the first request's start to the last one's end; the client's duration without
+    request records."""
+    spans = [(r.start, r.end) for r in requests if r.end is not None and r.end >= r.start]
+    if spans:
+        return max(e for _, e in spans) - min(s for s, _ in spans)
+    return client.duration_s if client is not None else None
+
+
 def in_flight_at(requests: Sequence[RequestRecord], t: float) -> int:
     return sum(1 for r in requests if r.end is not None and r.start <= t < r.end)
 
@@ -206,6 +218,9 @@ def derive_point_metrics(measured: Measurement, *, parallel: int, gpus: int) -> 
     per_draft = _ratio(accepted, drafts)
     m["mtp_acceptance_length"] = 1.0 + per_draft if per_draft is not None else None
     m["spec_acceptance_rate"] = _ratio(accepted, draft_tokens)
+
+    engine_s = delta(mn.hist_sum(mn.REQUEST_INFERENCE_TIME_SECONDS))
+    m["engine_occupancy"] = _ratio(engine_s, request_span_s(requests, measured.client))
 
     m["preemptions"] = delta(mn.NUM_PREEMPTIONS)
     m["prefix_cache_hit_rate"] = _ratio(delta(mn.PREFIX_CACHE_HITS), delta(mn.PREFIX_CACHE_QUERIES))

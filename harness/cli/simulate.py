@@ -198,22 +198,43 @@ def calibrate(out: Path, max_evals: int, model: str, gpu: str, start: Path | Non
     "--out", file_okay=False, help="Parent of the simulated run directory [default: results/]."
 )
 @text_option("--run-id", help="Run directory name [default: sim-RUN].")
-def parity(fit_run: Path, real_run: Path, out: Path | None, run_id: str | None) -> None:
+@click.option(
+    "--pace",
+    type=click.Choice(["point", "fit"]),
+    default="point",
+    show_default=True,
+    help="point: replay each measured point at its own pace (its server's decode and prefill "
+    "times and out-of-engine time), so the machine's load of the moment is not what is judged; "
+    "fit: the fitted step cost throughout.",
+)
+def parity(fit_run: Path, real_run: Path, out: Path | None, run_id: str | None, pace: str) -> None:
     """Predict a real CPU run from a step cost fitted on another (CPU parity, issue 12).
 
-    Prints occupancy, waiting and preemptions per point, predicted beside measured, with the
-    static limit; `repro report RUN --predicted SIMRUN` shows the same in the dashboard.
+    Prints the engine occupancy (the verdict's), the gauge's occupancy, waiting and
+    preemptions per point, predicted beside measured, with the static limit, and each point's
+    pace; `repro report RUN --predicted SIMRUN` shows the same in the dashboard.
 
     \b
     Example:
       repro simulate parity --fit results/cpu-tiny-base --run results/cpu-tiny-pressure-x
     """
     from harness.paths import results_dir
-    from harness.sim.parity_run import format_rows, parity_rows, predict_run, target_misses
+    from harness.sim.parity_run import (
+        format_rows,
+        pace_lines,
+        parity_rows,
+        predict_run,
+        target_misses,
+    )
 
-    sim_dir = predict_run(fit_run, real_run, out or results_dir(), run_id)
+    paced = pace == "point"
+    sim_dir = predict_run(fit_run, real_run, out or results_dir(), run_id, paced=paced)
     rows = parity_rows(real_run, sim_dir)
     click.echo(format_rows(rows))
+    if paced:
+        click.echo("paces (x the fitted step cost):")
+        for line in pace_lines(sim_dir):
+            click.echo(line)
     for miss in target_misses(rows):
         click.echo(f"  outside the parity targets: {miss}")
     click.echo(str(sim_dir))

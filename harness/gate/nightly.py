@@ -461,6 +461,7 @@ def render_summary(result: NightlyResult) -> str:
 
 _NEW_ARM_METRICS = (
     "occupancy",
+    "engine_occupancy",
     "throughput_per_gpu",
     "interactivity",
     "preemptions",

@@ -22,6 +22,7 @@ from harness.results import PointRecord, Run
 # (metric key, column label, format)
 COLUMNS = (
     ("occupancy", "occupancy", ".2f"),
+    ("engine_occupancy", "engine occupancy", ".2f"),
     ("waiting_mean", "waiting mean", ".2f"),
     ("waiting_max", "waiting max", ".0f"),
     ("preemptions", "preemptions", ".0f"),

@@ -54,7 +54,8 @@ def point_line(record: PointRecord) -> str:
     m = record.metrics
     state = "valid" if record.valid else "INVALID: " + "; ".join(record.invalid_reasons)
     return (
-        f"  {record.point_id}: {state}; occupancy {fmt_number(m.get('occupancy'), fixed=2)}, "
+        f"  {record.point_id}: {state}; occupancy {fmt_number(m.get('occupancy'), fixed=2)} "
+        f"(engine {fmt_number(m.get('engine_occupancy'), fixed=2)}), "
         f"interactivity {fmt_number(m.get('interactivity'), fixed=2)}, tput/GPU "
         f"{fmt_number(m.get('throughput_per_gpu'), fixed=2)}, samples {record.samples}, "
         f"gaps {record.scrape_gaps}"
@@ -115,6 +116,7 @@ def summary_table(points: list[PointRecord]) -> str:
         ("point", 16),
         ("valid", 7),
         ("occupancy", 11),
+        ("engine occ", 12),
         ("interactivity", 15),
         ("tput/GPU", 11),
         ("TPOT ms", 10),
@@ -129,6 +131,7 @@ def summary_table(points: list[PointRecord]) -> str:
             p.point_id,
             "yes" if p.valid else "NO",
             fmt_number(m.get("occupancy"), fixed=2, whole_from=1000),
+            fmt_number(m.get("engine_occupancy"), fixed=2, whole_from=1000),
             fmt_number(m.get("interactivity"), fixed=2, whole_from=1000),
             fmt_number(m.get("throughput_per_gpu"), fixed=2, whole_from=1000),
             fmt_number(m.get("mean_tpot_ms"), fixed=2, whole_from=1000),

@@ -435,7 +435,8 @@ def setup_from_profile(
         policy_args=policy_args,
         served_model_name=profile.served_model_name,
         facts=facts,
-        interval_sigma=_interval_sigma(calibration, profile.name),
+        # The interval is the fit's: a parameter moved off it (`--set sim.NAME=VALUE`) voids it.
+        interval_sigma=None if params else _interval_sigma(calibration, profile.name),
         residency=residency,
     )
 
@@ -574,8 +575,8 @@ def _roofline(model: ModelSpec, dtype: str, gf: Any, cf: Any, tp: int) -> Roofli
 
 
 def split_overrides(overrides: Sequence[str]) -> tuple[list[str], dict[str, float]]:
-    """`--set` strings: profile overrides, and `sim.PARAM=number` engine parameters."""
-    """--set serve./sweep. overrides for the profile, sim.PARAM=VALUE for the engine."""
+    """`--set` strings: serve./sweep. overrides for the profile, and `sim.PARAM=number`
+    engine parameters."""
     serve, params = [], {}
     for text in overrides:
         if not text.startswith("sim."):

@@ -169,6 +169,13 @@ class Engine:
             out[mn.total(mn.HISPARSE_HOST_TO_DEVICE_BYTES)] = (misses + staged) * self.row_bytes
         return out
 
+    def histogram_sums(self) -> dict[str, float]:
+        """vLLM's request inference-time histogram as a scrape reads it (sum and count): the
+        engine's own time, from which a point's engine occupancy is derived (docs/metrics.md)."""
+        c = self.scheduler.counters
+        name = mn.REQUEST_INFERENCE_TIME_SECONDS
+        return {mn.hist_sum(name): c.inference_s, mn.hist_count(name): float(c.finished)}
+
     def _scrape(self, t: float) -> list[Sample]:
-        values: dict[str, Any] = {**self.gauges(), **self.counters()}
+        values: dict[str, Any] = {**self.gauges(), **self.histogram_sums(), **self.counters()}
         return [Sample(t, t, name, dict(self.labels), float(v)) for name, v in values.items()]

@@ -433,17 +433,10 @@ class StatsScheduler(Scheduler):
         self.gauge = GaugeTime()
         self._held_since = 0.0
         self._queued: dict[int, float] = {}
-        self._scheduled: dict[int, float] = {}
 
     def add(self, req: Request) -> None:
         self._queued.setdefault(req.rid, self.clock)
         super().add(req)
-
-    def schedule(self, now: float) -> list[Any]:
-        batch = super().schedule(now)
-        for item in batch:
-            self._scheduled.setdefault(item.req.rid, now)
-        return batch
 
     def hold(self, until: float) -> None:
         """Integrate the gauge's current reading up to `until` (it holds between steps)."""
@@ -459,7 +452,8 @@ class StatsScheduler(Scheduler):
         self.snapshot = (len(self.running), len(self.waiting), self.residency.pool.used)
         t = self.times
         for req in finished:
-            queued, scheduled = self._queued.pop(req.rid), self._scheduled.pop(req.rid)
+            queued = self._queued.pop(req.rid)
+            scheduled = req.scheduled_at if req.scheduled_at is not None else end
             first = req.first_token_at if req.first_token_at is not None else end
             t.requests += 1
             t.queue_s += scheduled - queued

@@ -186,6 +186,20 @@ def predict_run(
     return run_dir
 
 
+def pace_lines(sim_run: Path | str) -> list[str]:
+    """The pace each point of a paced prediction was replayed at (harness.sim.parity_pace)."""
+    fit = (load_run(sim_run).manifest.build or {}).get("calibration") or {}
+    paces = fit.get("paces") or {}
+    lines = [
+        f"  {pid}: decode x{p['decode_scale']:.2f}, prefill x{p['prefill_scale']:.2f}, "
+        f"out of engine {1e3 * p['overhead_s']:.0f} ms"
+        for pid, p in paces.items()
+    ]
+    if paces:
+        lines.append(f"  last relative change of a scale: {fit['pace_last_change']:.4f}")
+    return lines
+
+
 @dataclass(frozen=True)
 class ParityRow:
     point_id: str
@@ -195,8 +209,20 @@ class ParityRow:
     predicted: dict[str, float | None]
 
     @property
+    def occupancy_key(self) -> str:
+        """What the verdict compares: the engine occupancy where both sides have it (every
+        request counted; the gauge's scrapes alias with a fast server's turns, docs/simulator.md
+        §6c), else the gauge's occupancy."""
+        both = self.measured.get("engine_occupancy") and self.predicted.get("engine_occupancy")
+        return "engine_occupancy" if both else "occupancy"
+
+    @property
     def occupancy_error(self) -> float | None:
-        m, p = self.measured.get("occupancy"), self.predicted.get("occupancy")
+        return self.error(self.occupancy_key)
+
+    def error(self, key: str) -> float | None:
+        """(predicted - measured) / measured, or None without both."""
+        m, p = self.measured.get(key), self.predicted.get(key)
         return None if not m or p is None else (p - m) / m
 
 
@@ -258,8 +284,12 @@ def queue_per_request(run: Run, point: PointRecord) -> float | None:
 
 
 def engine_occupancy(run: Run, point: PointRecord) -> float | None:
-    """Requests in the engine on average over the point, without sampling: vLLM's inference
-    time (first schedule to last token) summed over the window, over the client's duration."""
+    """Requests in the engine on average over the point, without sampling: the point's
+    `engine_occupancy` metric; for a record written before it, vLLM's inference time (first
+    schedule to last token) summed over the window, over the client's duration."""
+    recorded = point.metrics.get("engine_occupancy")
+    if recorded is not None:
+        return recorded
     try:
         d = point_deltas(run, point)
     except RunError:
@@ -298,16 +328,19 @@ def parity_rows(real_run: Path | str, sim_run: Path | str) -> list[ParityRow]:
 
 def format_rows(rows: list[ParityRow]) -> str:
     head = (
-        f"{'point':<15}{'limit':>6}  {'occupancy meas/pred (err)':<28}"
+        f"{'point':<15}{'limit':>6}  {'engine occ meas/pred (err)':<28}{'gauge occ meas/pred':<21}"
         f"{'waiting busy meas/pred':<24}{'waiting max':<14}{'preemptions':<12}"
     )
     lines = [head]
     for r in rows:
         m, p = r.measured, r.predicted
-        err = r.occupancy_error
-        occ = f"{_f(m['occupancy'])}/{_f(p['occupancy'])} ({_pct(err)})"
+        engine = (
+            f"{_f(m.get('engine_occupancy'))}/{_f(p.get('engine_occupancy'))} "
+            f"({_pct(r.error('engine_occupancy'))})"
+        )
+        gauge = f"{_f(m['occupancy'])}/{_f(p['occupancy'])}"
         lines.append(
-            f"{r.point_id:<15}{_f(r.static_limit, 'd'):>6}  {occ:<28}"
+            f"{r.point_id:<15}{_f(r.static_limit, 'd'):>6}  {engine:<28}{gauge:<21}"
             f"{_f(m['waiting_busy_mean'])}/{_f(p['waiting_busy_mean']):<19}"
             f"{_f(m['waiting_max'], '.0f')}/{_f(p['waiting_max'], '.0f'):<11}"
             f"{_f(m['preemptions'], '.0f')}/{_f(p['preemptions'], '.0f')}"
@@ -339,11 +372,9 @@ def target_misses(
     waiting (busy mean, max) and preemptions of the same order. [] when every point meets them."""
     misses = []
     for r in rows:
-        err = r.occupancy_error
+        err, key = r.occupancy_error, r.occupancy_key
         if err is None or abs(err) > occupancy_tolerance:
-            misses.append(
-                f"{r.label}: occupancy {r.predicted['occupancy']} vs {r.measured['occupancy']}"
-            )
+            misses.append(f"{r.label}: {key} {r.predicted.get(key)} vs {r.measured.get(key)}")
         for key in ("waiting_busy_mean", "waiting_max", "preemptions"):
             if not same_order(r.predicted.get(key), r.measured.get(key)):
                 misses.append(f"{r.label}: {key} {r.predicted.get(key)} vs {r.measured.get(key)}")

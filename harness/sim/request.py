@@ -23,6 +23,7 @@ class Request:
     decode_steps: int = 0
     preemptions: int = 0
     cached_at_start: int = 0  # prompt tokens served from a cache at the first schedule
+    scheduled_at: float | None = None  # first scheduled (a preemption keeps it, as vLLM does)
     first_token_at: float | None = None
     finished_at: float | None = None
 

@@ -136,7 +136,20 @@ class GpuResidency:
 
 
 class OffloadResidency(GpuResidency):
-    """OffloadingConnector: a CPU LRU pool per TP rank; hits load over PCIe before running."""
+    """OffloadingConnector: a CPU LRU pool per TP rank; hits load over PCIe before running.
+
+    Neither copy direction costs the engine's step in vLLM 0.32.0: loads and stores queue on
+    per-direction copy streams (vLLM 0.32.0 `v1/kv_offload/cpu/gpu_worker.py` transfer_async),
+    stores deferred to the next step (vLLM 0.32.0 `distributed/kv_transfer/kv_connector/v1/
+    offloading/worker.py` prepare_store_kv); before a step the worker waits only for
+    `jobs_to_flush` (the same file, handle_preemptions): a preempted request's stores, or a
+    finished one's whose blocks the step reallocates. A load is the waiting request's time
+    (`h2d`), a store nobody's. The pool is per rank, which reproduces the published offloading
+    collapse at c16-c32; vLLM 0.32.0 keeps one copy of the TP-replicated MLA KV for all ranks
+    (vLLM 0.32.0 `distributed/kv_transfer/kv_connector/v1/offloading/config.py`
+    replicated_layout), TP times the pool, with which nothing is recomputed there
+    (docs/simulator.md §6a).
+    """
 
     name = "offload"
 

@@ -49,6 +49,7 @@ from harness.sim.config import (
 )
 from harness.sim.startup import EngineRefused
 from harness.sim.tables import PointOutput, write_point_table
+from harness.text import modified_text
 
 BLOG_SHAPE = {
     "number": 128,
@@ -308,7 +309,7 @@ def run_simulation(
     profile_dump = prof.model_dump(mode="json")
     sweep_dump = prof.sweep.model_dump(mode="json")
     digest = hashlib.sha256(repr(workload.turns).encode()).hexdigest()
-    cal_info = _calibration_info(cal)
+    cal_info = _calibration_info(cal, params)
     fields: dict[str, Any] = {
         "profile_name": prof.name,
         "profile": profile_dump,
@@ -421,14 +422,17 @@ def write_simulated_run(
     atomic_write_json(layout.manifest, manifest)  # last: the status is now true
 
 
-def _calibration_info(cal: Any) -> dict[str, Any]:
+def _calibration_info(cal: Any, moved: dict[str, float]) -> dict[str, Any]:
+    """The calibration as the manifest records it; `modified`: the parameters a
+    `--set sim.NAME=VALUE` moved off it (the run then carries no interval)."""
     if cal is None:
         return {"path": None, "label": calibration_label(None), "note": "roofline defaults"}
     return {
-        "label": calibration_label(cal),
+        "label": calibration_label(cal) + modified_text(moved),
         "path": str(cal.path),
         "sha256": hashlib.sha256(cal.path.read_bytes()).hexdigest(),
         "model": cal.model,
         "gpu": cal.gpu,
         "params": cal.params,
+        "modified": dict(moved),
     }

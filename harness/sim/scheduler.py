@@ -42,6 +42,7 @@ class Counters:
     prompt_tokens: int = 0
     generation_tokens: int = 0
     finished: int = 0
+    inference_s: float = 0.0  # sum over finished requests of finish - first scheduled
 
 
 class Scheduler:
@@ -124,6 +125,8 @@ class Scheduler:
                 break
             self.waiting.popleft()
             self.running.append(req)
+            if req.scheduled_at is None:
+                req.scheduled_at = now
             batch.append(Scheduled(req, n, True, req.computed))
             budget -= n
         self.waiting.extendleft(reversed(skipped))
@@ -154,6 +157,14 @@ class Scheduler:
         c.external_hits += hit.external_blocks * bt
         req.computed = (hit.gpu_blocks + hit.external_blocks) * bt
         if hit.load_bytes:
+            # Asynchronous, as in vLLM 0.32.0: the request waits in WAITING_FOR_REMOTE_KVS with
+            # its blocks allocated, skipped until the worker reports the load done (vLLM 0.32.0
+            # `v1/core/sched/scheduler.py` load_kv_async, _handle_blocked_waiting_request); the
+            # copy runs on its own stream after the loads before it and never holds up a step
+            # (vLLM 0.32.0 `v1/kv_offload/cpu/gpu_worker.py` transfer_async). vLLM starts it once
+            # the admitting step's forward ends and sees it done at a later step's poll, one or
+            # two steps after this model does; a what-if with that lag moved no c8 speed and put
+            # three MTP3 values out of their bands (docs/simulator.md §6a), so it is not modelled.
             req.load_until = residency.h2d.transfer(now, hit.load_bytes)  # type: ignore[attr-defined]  # only offloading residencies load bytes; they all have h2d
             return "loading" if req.load_until > now else "ready"
         return "ready"
@@ -187,6 +198,7 @@ class Scheduler:
                 c.generation_tokens += emitted
             if req.done:
                 req.finished_at = end
+                c.inference_s += end - (req.scheduled_at if req.scheduled_at is not None else end)
                 self.running.remove(req)
                 self.residency.release(req)
                 c.finished += 1

@@ -112,6 +112,39 @@ def test_occupancy_is_null_not_zero_without_nonzero_samples():
     assert derive([], client=None, parallel=1, gpus=1).metrics["occupancy"] is None
 
 
+def test_engine_occupancy_is_inference_time_over_the_span_of_the_requests():
+    """Every finished request's engine time counts, whatever the scrapes saw: here the running
+    gauge caught one request once, while 4 + 2 + 2 engine-seconds passed in a 4 s span."""
+    name = "vllm:request_inference_time_seconds_sum"
+    samples = [
+        s(0, name, 100.0, engine="0"),
+        s(0, name, 50.0, engine="1"),
+        s(0, "vllm:num_requests_running", 0, engine="0"),
+        s(2, "vllm:num_requests_running", 1, engine="0"),
+        s(5, name, 105.0, engine="0"),
+        s(5, name, 53.0, engine="1"),
+    ]
+    reqs = (
+        RequestRecord(10.0, 14.0, True),
+        RequestRecord(11.0, 13.0, True),
+        RequestRecord(12.0, 14.0, True),
+        RequestRecord(13.0, None, False),
+    )
+    measured = Measurement("EvalScope", samples=tuple(samples), requests=reqs)
+    out = derive_point_metrics(measured, parallel=4, gpus=1).metrics
+    assert out["engine_occupancy"] == pytest.approx((5 + 3) / 4)
+    assert out["occupancy"] == 1.0
+    # Without request records the client's duration is the span; without the histogram, null.
+    summary = parse_summary(SUMMARY_17)  # Test Duration 10 s
+    assert derive(samples, client=summary, parallel=4, gpus=1).metrics[
+        "engine_occupancy"
+    ] == pytest.approx(0.8)
+    running_only = [x for x in samples if x.name != name]
+    assert (
+        derive(running_only, client=summary, parallel=4, gpus=1).metrics["engine_occupancy"] is None
+    )
+
+
 def test_counter_reset_is_handled_and_counted():
     samples = [
         s(0, "vllm:num_preemptions_total", 10),

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 from procs import children, group_alive
-from support.counters import wait_for_finished
 
 from harness.results import load_run
 from harness.serve.server import free_port
@@ -29,7 +28,10 @@ GONE_WITHIN_S = 120.0
 
 def _sweep_until_client_runs(tmp_path: Path, run_id: str) -> tuple[subprocess.Popen, dict, Path]:
     """`repro sweep` with its own server, started as a user starts it, once a point's client
-    runs against that server; returns the process, the server/client process groups and the log."""
+    runs against that server, with the server's engine frozen (SIGSTOP) so that the point cannot
+    end before the test's signal; returns the process, the process groups (server, client) and
+    pids (engine) and the log. The caller continues the engine (`_thaw`) once the signal is
+    sent, so the server's shutdown is the one a user's interrupt meets."""
     port = free_port()
     command = [
         *REPRO,
@@ -38,10 +40,6 @@ def _sweep_until_client_runs(tmp_path: Path, run_id: str) -> tuple[subprocess.Po
         "cpu-tiny",
         "--set",
         "sweep.points=[[1,2],[2,4]]",
-        # 256-token replies: after the trigger below, the point still has seconds of requests
-        # ahead of it, so the interrupt lands mid-point on any machine
-        "--set",
-        "sweep.max_tokens=256",
         "--set",
         "serve.enforce-eager=true",  # compilation is not what these tests are about
         "--out",
@@ -68,11 +66,21 @@ def _sweep_until_client_runs(tmp_path: Path, run_id: str) -> tuple[subprocess.Po
         time.sleep(0.5)
     assert sweep.poll() is None, log_path.read_text()[-3000:]
     assert set(groups) == {"server", "client"}
-    # Interrupt once the point's client has finished 2 of its 8 requests (a count, not a sleep)
-    base_url = f"http://127.0.0.1:{port}"
-    started = wait_for_finished(base_url, 0)
-    wait_for_finished(base_url, started + 2)
+    # Frozen, the engine finishes no request, so the point is cut mid-way on any machine. A
+    # trigger on the /metrics count of finished requests raced the engine: a busy API server
+    # answers /metrics late, after more of the point (or all of it) has ended.
+    engines = [p for p, (_, cmd) in children(groups["server"]).items() if "EngineCore" in cmd]
+    assert engines, "no engine process under the server"
+    os.kill(engines[0], signal.SIGSTOP)
+    groups["engine"] = engines[0]
     return sweep, groups, log_path
+
+
+def _thaw(groups: dict[str, int]) -> None:
+    try:
+        os.kill(groups["engine"], signal.SIGCONT)
+    except ProcessLookupError:
+        pass  # already gone with its group
 
 
 def _gone_within(groups: dict[str, int], seconds: float) -> None:
@@ -105,8 +113,13 @@ def test_ctrl_c_stops_server_and_client_then_resume_finishes(cpu_build, tmp_path
     sweep, groups, log_path = _sweep_until_client_runs(tmp_path, "ctrlc")
     try:
         sweep.send_signal(signal.SIGINT)  # what Ctrl-C delivers to the foreground process
+        deadline = time.monotonic() + 120
+        while "interrupted" not in log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _thaw(groups)  # the harness has taken the interrupt: the point can no longer finish
         code = sweep.wait(timeout=120)
     finally:
+        _thaw(groups)
         if sweep.poll() is None:
             sweep.kill()
     output = log_path.read_text()
@@ -126,6 +139,7 @@ def test_sigkilled_sweep_takes_server_and_client_and_its_run_is_stale_then_resum
     sweep, groups, _log = _sweep_until_client_runs(tmp_path, "killed")
     sweep.kill()  # SIGKILL: no handler runs, nothing in the harness can clean up
     sweep.wait(timeout=30)
+    _thaw(groups)  # the sweep is gone: the point can no longer be recorded
     _gone_within(groups, GONE_WITHIN_S)  # the watchdog's parent-death signal stops both groups
     run = tmp_path / "results" / "killed"
     assert json.loads((run / "manifest.json").read_text())["status"] == "running"

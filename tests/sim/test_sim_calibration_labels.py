@@ -84,3 +84,20 @@ def test_an_uncalibrated_run_says_so_everywhere(tmp_path, recipe, monkeypatch, h
     assert traces_by_role(fig, "points")[0].name == series.name
     assert traces_by_role(fig, "band") == [] and traces_by_role(fig, "occupancy-band") == []
     assert "simulated, uncalibrated (roofline defaults)," in render_report([run])
+
+
+def test_a_parameter_moved_off_the_fit_is_named_and_voids_the_interval(tmp_path, recipe):
+    output, run_dir = _simulate(tmp_path, recipe, "--set", "sim.hbm_eff=0.7")
+    assert "calibration: calibrated (glm53-h200.yaml) + sim.hbm_eff=0.7" in output
+    run = load_run(run_dir)
+    assert run.manifest.build["calibration"]["modified"] == {"hbm_eff": 0.7}
+    assert run.manifest.build["params"]["hbm_eff"] == 0.7
+    assert run.manifest.calibration == "glm53-h200 + sim.hbm_eff=0.7"
+    # The interval was the fit's: none is written, none is drawn.
+    assert run.points and all("interval80" not in p.fidelity for p in run.points)
+    summary, rows = _summary(run_dir)
+    assert summary["calibration"] == rows[0]["calibration"] == "glm53-h200 + sim.hbm_eff=0.7"
+    (series,) = run_series([run])
+    assert series.name == "r (hisparse384) · simulated (glm53-h200 + sim.hbm_eff=0.7)"
+    fig = pareto_figure([run], published=False)
+    assert traces_by_role(fig, "band") == [] and traces_by_role(fig, "occupancy-band") == []

@@ -54,3 +54,19 @@ def test_targets_flag_occupancy_beyond_15_percent_and_counts_of_another_order():
     misses = target_misses([_row(1.2, 1.0, (0, 6))])
     assert len(misses) == 2
     assert misses[0].startswith("c8: occupancy") and "preemptions" in misses[1]
+
+
+def test_the_verdict_compares_engine_occupancy_where_both_sides_have_it():
+    row = _row(1.0, 1.0, (0, 0))
+    engine = ParityRow(
+        "p", "c8", 1,
+        {**row.measured, "engine_occupancy": 2.0},
+        {**row.predicted, "engine_occupancy": 2.5},
+    )  # fmt: skip
+    assert engine.occupancy_key == "engine_occupancy"
+    assert engine.occupancy_error == pytest.approx(0.25)
+    (miss,) = target_misses([engine])  # the gauges agree; the engine's own time does not
+    assert miss == "c8: engine_occupancy 2.5 vs 2.0"
+    # one side without it (a record from before the metric): the gauge's occupancy
+    older = ParityRow("p", "c8", 1, row.measured, {**row.predicted, "engine_occupancy": 2.5})
+    assert older.occupancy_key == "occupancy" and older.occupancy_error == 0.0

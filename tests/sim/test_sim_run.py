@@ -63,6 +63,13 @@ def test_run_directory_has_the_sweep_schema_and_derived_metrics(small, tmp_path)
     assert 1.0 <= c4.metrics["occupancy"] <= 4.0
     # 30,000-token first turns: the turn-2 prompt is 30,720 tokens; client estimate as EvalScope
     assert c4.metrics["client_kv_cache_hit_rate"] > 0.6
+    # vLLM's inference-time histogram: one observation per finished request, each inside its
+    # request's client time (the frontend's work comes first), so the engine occupancy is
+    # positive and at most the client's in-flight mean.
+    count = [x.value for x in samples if x.name == "vllm:request_inference_time_seconds_count"]
+    assert count[-1] - count[0] == 8 * 3
+    engine = c4.metrics["engine_occupancy"]
+    assert 0.0 < engine <= c4.metrics["client_in_flight_mean"] + 1e-9
 
 
 def test_same_inputs_give_identical_point_records(small, tmp_path):

@@ -99,3 +99,14 @@ def test_a_server_without_a_matching_calibration_runs_uncalibrated(tmp_path, mon
     monkeypatch.setattr(sim_config, "find_calibration", lambda m, g: find(m, g, empty))
     facts = build_state(ServeOptions(profile="hisparse384", tokenizer="tiny:tokenizer")).facts
     assert facts["calibration"] is None and facts["interval_sigma"] is None
+
+
+def test_a_server_with_a_parameter_moved_off_the_fit_logs_it_and_predicts_no_interval(tmp_path):
+    opts = ServeOptions(
+        profile="hisparse384", tokenizer="tiny:tokenizer", overrides=("sim.hbm_eff=0.7",)
+    )
+    facts = build_state(opts).facts
+    assert facts["calibration"] == str(find_calibration("glm-5.3", "h200"))
+    assert facts["modified"] == {"hbm_eff": 0.7} and facts["params"]["hbm_eff"] == 0.7
+    assert facts["interval_sigma"] is None
+    assert served_interval80(_server(tmp_path, facts_line(facts)), METRICS) == {}

@@ -160,6 +160,9 @@ def test_live_engine_streams_mtp_chunks_and_recognises_a_prefix():
         assert live.done.wait(30)
         assert second.cached_tokens == (len(history) // 64) * 64
         assert first.cached_tokens == 0 and first.tpot_s and first.tpot_s > 0
+        # vLLM observes finish - first scheduled: inside the request's end-to-end time
+        assert first.inference_s is not None and first.e2e_s is not None
+        assert 0.0 < first.inference_s <= first.e2e_s
     finally:
         live.stop()
 

@@ -46,6 +46,7 @@ class Handle:
     tpot_s: float | None = None
     ttft_s: float | None = None
     e2e_s: float | None = None
+    inference_s: float | None = None  # finish - first scheduled, as vLLM observes it
 
 
 @dataclass
@@ -265,6 +266,7 @@ class LiveEngine:
             first = req.first_token_at if req.first_token_at is not None else end
             h.ttft_s = first - req.arrival
             h.e2e_s = end - req.arrival
+            h.inference_s = end - (req.scheduled_at if req.scheduled_at is not None else end)
             h.tpot_s = (end - first) / (req.out - 1) if req.out > 1 else None
             h.cached_tokens = req.cached_at_start
             if self.on_finish is not None:

@@ -102,6 +102,12 @@ class SimMetrics:
             E2E_BUCKETS,
         )
 
+        self.inference = hist(
+            mn.REQUEST_INFERENCE_TIME_SECONDS,
+            "Histogram of time spent in RUNNING phase for request.",
+            E2E_BUCKETS,
+        )
+
     def observe(self, h: Handle) -> None:
         if h.tpot_s is not None:
             self.tpot.labels(*self.values).observe(h.tpot_s)
@@ -109,6 +115,8 @@ class SimMetrics:
             self.ttft.labels(*self.values).observe(h.ttft_s)
         if h.e2e_s is not None:
             self.e2e.labels(*self.values).observe(h.e2e_s)
+        if h.inference_s is not None:
+            self.inference.labels(*self.values).observe(h.inference_s)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -19,6 +19,7 @@ from harness.sim.config import (
 )
 from harness.sim.serve.faults import Faults, FaultState
 from harness.sim.startup import EngineRefused
+from harness.text import modified_text
 
 SIM_DEFAULT_DATASET = "openhands-offline"  # the blog-shaped offline recipe (tiny tokenizer)
 # bench_simserve (loaded 2-core machine): at K=2 interactivity within 5 % of offline at every
@@ -197,6 +198,7 @@ def build_state(opts: ServeOptions) -> Any:
         "policy": setup.policy,
         "tokenizer": spec,
         "calibration": str(cal_path) if cal_path else None,
+        "modified": dict(params) if cal_path else {},  # moved off the fit: no interval
         # log-space sigma per metric: each served point's 80 % interval (sim/serve/interval.py)
         "interval_sigma": setup.interval_sigma,
         "time_scale": opts.time_scale,
@@ -240,7 +242,7 @@ def serve(opts: ServeOptions, *, host: str, port: int, echo: Any = print) -> Non
     echo(
         f"sim serve: profile {facts['profile']} ({facts['policy']}), time scale "
         f"{opts.time_scale:g}, tokenizer {facts['tokenizer']}, calibration "
-        f"{facts['calibration'] or UNCALIBRATED}"
+        f"{facts['calibration'] or UNCALIBRATED}{modified_text(facts.get('modified'))}"
     )
     echo(facts_line(facts))
     web.run_app(
