@@ -228,3 +228,37 @@ def test_an_interrupt_inside_a_test_phase_is_raised_at_once():
     with pytest.raises(StopIteration):
         phase.send(None)  # the phase ends
     assert not deferred.in_phase
+
+
+def test_the_unit_tier_is_handed_out_by_budget_per_test_then_the_slow_scopes_longest_first(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from support import budgets, schedule
+
+    budgets_by_module = {
+        "tests/test_mypy.py": 100.0,
+        "tests/test_few.py": 30.0,
+        "tests/e2e/b.py": 9.0,
+    }
+    monkeypatch.setattr(budgets, "load", lambda: (budgets_by_module, 5.0))
+    ids = [
+        ("tests/test_a.py::test_1", "unit"),
+        ("tests/test_few.py::test_1", "unit"),
+        ("tests/test_few.py::test_2", "unit"),
+        ("tests/test_a.py::test_2", "unit"),
+        ("tests/test_mypy.py::test_clean", "unit"),
+        ("tests/e2e/a.py::test_1", "e2e"),
+        ("tests/e2e/b.py::test_1", "e2e"),
+    ]
+    table = {nodeid: (nodeid if t == "unit" else nodeid.split("::")[0], t) for nodeid, t in ids}
+    queue = [(nodeid, {nodeid: False}) for nodeid, _ in ids]
+    order = [scope for scope, _ in schedule.order_scopes(queue, table)]
+    assert order == [
+        "tests/test_mypy.py::test_clean",  # 100 s for one test
+        "tests/test_few.py::test_1",  # 15 s per test, collection order kept
+        "tests/test_few.py::test_2",
+        "tests/test_a.py::test_1",  # unbudgeted: collection order
+        "tests/test_a.py::test_2",
+        "tests/e2e/b.py::test_1",  # 9 s budget before the default's 5 s
+        "tests/e2e/a.py::test_1",
+    ]

@@ -1,6 +1,6 @@
 """mypy over all of `harness/` (the fast tier runs it), configured in pyproject.toml ([tool.mypy]):
 the same check as a plain `mypy` at the repository root, sharing its incremental cache
-(.mypy_cache), so a warm run takes a second or two and a cold one about 25 s of CPU.
+(.mypy_cache), so a warm run takes a second or two and a cold one about 9 s of CPU.
 
 Every `# type: ignore` under `harness/` names its error code and says why on the same line.
 PENDING would list files that do not meet this (mypy errors or a bare ignore); it is empty, and

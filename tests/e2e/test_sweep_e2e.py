@@ -21,6 +21,7 @@ from procs import children
 from harness.errors import RunError
 from harness.results import load_run
 from harness.run.sweep import SweepRequest, run_sweep
+from harness.sim.parity import point_deltas
 
 QUIET = {"echo": lambda _msg: None}
 
@@ -175,8 +176,15 @@ def test_pressure_sweep_preempts_and_caps_occupancy(server_factory, tmp_path):
     top = run.points[-1]
     assert top.parallel == 8
     assert top.metrics["preemptions"] > 0
-    assert top.metrics["occupancy"] < 8
-    assert top.metrics["waiting_max"] > 0
+    # What the server counts, never the sampled gauges: on a loaded machine a busy API server
+    # answered every /metrics read of this point with 0 running (occupancy None), though the
+    # engine ran requests throughout. The pool holds few of the 8: the engine's own time per
+    # request over the point is under half the clients' in-flight mean (6.9 of 8 here), and
+    # requests spend longer queued for blocks than in the engine (unpressured, ms against s).
+    engine = top.metrics["engine_occupancy"]
+    assert 0 < engine < 0.5 * top.metrics["client_in_flight_mean"], top.metrics
+    counted = point_deltas(run, top)
+    assert counted.queue_s > counted.inference_s, counted
     assert top.metrics["mtp_acceptance_length"] is None  # no speculative decoding here
     assert top.metrics["prefix_cache_hit_rate"] is not None
     assert_metrics_match(run_dir)

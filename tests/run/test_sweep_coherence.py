@@ -34,8 +34,12 @@ def _sweep(url: str, dataset: Path, out: Path, run_id: str, **extra) -> Path:
     return run_sweep(request, echo=lambda _msg: None)
 
 
-def test_an_unjudged_arm_has_every_point_invalid(fake_server, small_dataset, tmp_path) -> None:
-    run = load_run(_sweep(fake_server(), small_dataset, tmp_path, "unjudged"))
+def test_an_unjudged_arm_has_every_point_invalid_and_says_so_in_runs_show_and_the_report(
+    fake_server, small_dataset, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("REPRO_DASHBOARDS", str(tmp_path / "dashboards"))
+    run_dir = _sweep(fake_server(), small_dataset, tmp_path, "unjudged")
+    run = load_run(run_dir)
     record = run.manifest.coherence
     assert record is not None and record.verdict == "unjudged"
     assert "no token_ids" in record.reason and record.allow_incoherent is False
@@ -44,6 +48,9 @@ def test_an_unjudged_arm_has_every_point_invalid(fake_server, small_dataset, tmp
         assert not point.valid
         assert point.invalid_reasons == [f"coherence unjudged: {record.reason}"]
     assert (tmp_path / "unjudged" / "coherence" / "result.json").is_file()
+    assert "coherence: unjudged: could not judge" in show_run(run_dir)
+    html = write_report([run_dir]).read_text(encoding="utf-8")
+    assert "unjudged: could not judge" in html
 
 
 def test_allow_incoherent_counts_the_points_and_says_so(
@@ -53,16 +60,6 @@ def test_allow_incoherent_counts_the_points_and_says_so(
     assert run.manifest.coherence.verdict == "unjudged"
     assert run.manifest.coherence.allow_incoherent is True
     assert [p.valid for p in run.points] == [True, True]
-
-
-def test_the_verdict_is_in_runs_show_and_in_the_report(
-    fake_server, small_dataset, tmp_path, monkeypatch
-) -> None:
-    monkeypatch.setenv("REPRO_DASHBOARDS", str(tmp_path / "dashboards"))
-    run_dir = _sweep(fake_server(), small_dataset, tmp_path, "shown")
-    assert "coherence: unjudged: could not judge" in show_run(run_dir)
-    html = write_report([run_dir]).read_text(encoding="utf-8")
-    assert "unjudged: could not judge" in html
 
 
 def _tiny_replies(run: Path) -> Path:

@@ -69,7 +69,7 @@ def make_config(architecture: str, params: dict, vocab_size: int, ids: dict[str,
         config = config_class(
             intermediate_size=params["intermediate_size"],
             num_key_value_heads=params["num_key_value_heads"],
-            head_dim=params["head_dim"],  # type: ignore[call-arg]  # Qwen2Config accepts it, undeclared in its signature
+            head_dim=params["head_dim"],
             rope_parameters=rope,
             **common,
         )
