@@ -171,7 +171,7 @@ def order_scopes(
 ) -> list[tuple[str, dict[str, bool]]]:
     """Unit scopes first, then the slow scopes by their modules' summed time budgets, longest
     first. Unit tests of a budgeted module go first, by its budget per unit test (mypy's single
-    test, ~25 s cold, would otherwise start last and run alone); the rest in collection order."""
+    test, the longest, would otherwise start last and run alone); the rest in collection order."""
     module_budgets, default = budgets.load()
 
     def tier(entry: tuple[str, dict[str, bool]]) -> str:
