@@ -204,11 +204,11 @@ def judge_sim_arm(arm: SimArm, history: SimulatedHistory) -> None:
         arm.status = "new"
         return
     arm.differences = compare_exact(arm.accepted.points, point_values(run))
-    now = run_inputs(run)
+    inputs = run_inputs(run)
     arm.input_changes = [
-        f"{key} {arm.accepted.inputs.get(key)} -> {now.get(key)}"
-        for key in sorted(set(now) | set(arm.accepted.inputs))
-        if now.get(key) != arm.accepted.inputs.get(key)
+        f"{key} {arm.accepted.inputs.get(key)} -> {inputs.get(key)}"
+        for key in sorted(set(inputs) | set(arm.accepted.inputs))
+        if inputs.get(key) != arm.accepted.inputs.get(key)
     ]
     arm.status = "changed" if arm.differences else "identical"
 
@@ -218,6 +218,7 @@ def run_sim_nightly(
     *,
     calibration: Path | None = DEFAULT_CALIBRATION,
     dataset: str | None = None,
+    points: Sequence[str] | None = None,
     accepted_path: Path = DEFAULT_SIMULATED_HISTORY,
     accept: bool = False,
     reason: str | None = None,
@@ -247,6 +248,7 @@ def run_sim_nightly(
                 name,
                 dataset=dataset,
                 calibration=calibration,
+                points=points,
                 out=out_dir,
                 run_id=f"nightly-sim-{stamp}-{name}",
             )

@@ -17,14 +17,16 @@ from harness.results import load_run
 from harness.run.console import show_run
 from harness.run.sweep import SweepRequest, run_sweep
 
-# SETS without "coherence=null": cpu-tiny's own coherence block stays on
-WITH_CHECK = [s for s in SETS if not s.startswith("coherence")] + ["sweep.points=[[1,1],[2,2]]"]
+# SETS without "coherence=null": cpu-tiny's own coherence block stays on. One point each (every
+# point starts the real evalscope client, ~2 s); "every point" is checked on two, once.
+WITH_CHECK = [s for s in SETS if not s.startswith("coherence")] + ["sweep.points=[[2,2]]"]
+TWO_POINTS = "sweep.points=[[1,1],[2,2]]"  # the last setting of a key wins
 
 
-def _sweep(url: str, dataset: Path, out: Path, run_id: str, **extra) -> Path:
+def _sweep(url: str, dataset: Path, out: Path, run_id: str, *sets: str, **extra) -> Path:
     request = SweepRequest(
         "cpu-tiny",
-        overrides=WITH_CHECK,
+        overrides=[*WITH_CHECK, *sets],
         dataset=str(dataset),
         url=url,
         out=out,
@@ -38,7 +40,7 @@ def test_an_unjudged_arm_has_every_point_invalid_and_says_so_in_runs_show_and_th
     fake_server, small_dataset, tmp_path, monkeypatch
 ) -> None:
     monkeypatch.setenv("REPRO_DASHBOARDS", str(tmp_path / "dashboards"))
-    run_dir = _sweep(fake_server(), small_dataset, tmp_path, "unjudged")
+    run_dir = _sweep(fake_server(), small_dataset, tmp_path, "unjudged", TWO_POINTS)
     run = load_run(run_dir)
     record = run.manifest.coherence
     assert record is not None and record.verdict == "unjudged"
@@ -59,7 +61,7 @@ def test_allow_incoherent_counts_the_points_and_says_so(
     run = load_run(_sweep(fake_server(), small_dataset, tmp_path, "allowed", allow_incoherent=True))
     assert run.manifest.coherence.verdict == "unjudged"
     assert run.manifest.coherence.allow_incoherent is True
-    assert [p.valid for p in run.points] == [True, True]
+    assert [p.valid for p in run.points] == [True]
 
 
 def _tiny_replies(run: Path) -> Path:
@@ -95,7 +97,7 @@ def test_coherence_against_a_run_is_used_and_recorded(fake_server, small_dataset
     # the fake returns no token ids: unjudged, but against the run's replies, not the profile's
     # (the judging itself: tests/e2e/test_coherence_e2e.py)
     assert record.reference == str(reference_run) and record.verdict == "unjudged"
-    assert not any(p.valid for p in run.points)
+    assert run.points and not any(p.valid for p in run.points)
 
 
 def test_a_missing_reference_refuses_the_sweep_unless_allowed(
@@ -125,4 +127,4 @@ def test_a_missing_reference_refuses_the_sweep_unless_allowed(
     assert len(warning) == 1 and "--allow-incoherent: the points count unjudged" in warning[0]
     assert f"warning: coherence: {warning[0]}" in seen
     assert run.manifest.coherence.verdict == "unjudged"
-    assert [p.valid for p in run.points] == [True, True]
+    assert [p.valid for p in run.points] == [True]
