@@ -115,6 +115,9 @@ FIT_PARAMS: dict[str, tuple[float, float]] = {
     # API server before the engine: chat template, tokenising the whole re-sent history, hashing
     # its blocks; per prompt token (a fast tokenizer alone is ~1 us/token).
     "frontend_us_per_token": (0.5, 10.0),
+    # Threads preparing requests before the engine, first come first served: vLLM 0.32.0's API
+    # server renders and tokenises on a pool of one (config/model.py renderer_num_workers).
+    "frontend_threads": (1.0, 64.0),
 }
 CONFIG_PARAMS = ("kv_gib_per_gpu", "runtime_gib")  # applied when the pools are sized
 PARAM_MEANING: dict[str, str] = {
@@ -135,6 +138,8 @@ PARAM_MEANING: dict[str, str] = {
     "runtime_gib": "GPU memory per GPU besides weights and KV: peak activations of the profile "
     "run, CUDA graphs, NCCL/cuBLAS buffers, GiB (the KV pool is what remains)",
     "frontend_us_per_token": "API-server time per prompt token before the engine sees it, us",
+    "frontend_threads": "API-server threads preparing requests one at a time each (vLLM 0.32.0: "
+    "1); unset: every request prepared at once (docs/simulator.md §6a)",
 }
 
 
@@ -181,6 +186,9 @@ class Roofline:
     # in-flight count for this reason). Estimate: ~1-2 us/token for a fast tokenizer, as much
     # again for the chat template, the API server and hashing the prompt's blocks.
     frontend_us_per_token: float = 4.0
+    # None: every request is prepared at once (no queue before the engine); vLLM runs one thread
+    # (docs/simulator.md §6a: what one changes, and why the shipped calibration leaves it unset).
+    frontend_threads: float | None = None
 
     def pcie_bytes_per_s(self) -> float:
         return self.pcie_gbps * 1e9 * self.pcie_eff

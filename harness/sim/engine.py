@@ -61,6 +61,14 @@ class Engine:
         self.rid_next = 0
         self.frontend_s_per_token = float(getattr(cost, "frontend_us_per_token", 0.0)) * 1e-6
         self.pending: list[tuple[float, int, Request]] = []  # (enters the engine, rid, req)
+        # The API server renders and tokenizes each request on a pool of renderer threads, one
+        # in vLLM 0.32.0 (config/model.py renderer_num_workers): requests sent together are
+        # prepared one after another and reach the engine staggered, not in one step. None:
+        # no queue (every request prepared at once).
+        threads = getattr(cost, "frontend_threads", None)
+        self.frontend_threads = None if threads is None else max(int(threads), 1)
+        self._frontend_free: list[float] = []  # when each busy renderer thread is free again
+        self.arriving: list[tuple[float, int, Request]] = []  # (sent, rid, req), not yet rendered
         h2d = getattr(self.residency, "h2d", None)
         if isinstance(h2d, Channel):
             h2d.bytes_per_s = cost.pcie_bytes_per_s()
@@ -119,16 +127,33 @@ class Engine:
         return PointResult(start, self.now, samples, steps)
 
     def _submit(self, req: Request) -> None:
-        """The client sent `req`; the engine's queue sees it after the frontend's work."""
-        ready = req.arrival + req.prompt * self.frontend_s_per_token
-        heapq.heappush(self.pending, (ready, req.rid, req))
+        """The client sent `req` (at `req.arrival`, which a think time may put in the future);
+        the engine's queue sees it after the frontend's work."""
+        heapq.heappush(self.arriving, (req.arrival, req.rid, req))
+
+    def _render_until(self, t: float) -> None:
+        """The renderer threads take requests first come first served, in arrival order: every
+        request sent by `t` is known by then (one submitted later arrives later still)."""
+        free = self._frontend_free
+        while self.arriving and self.arriving[0][0] <= t:
+            arrival, rid, req = heapq.heappop(self.arriving)
+            begin = arrival
+            if self.frontend_threads is not None and len(free) >= self.frontend_threads:
+                begin = max(begin, heapq.heappop(free))
+            ready = begin + req.prompt * self.frontend_s_per_token
+            if self.frontend_threads is not None:
+                heapq.heappush(free, ready)
+            heapq.heappush(self.pending, (ready, rid, req))
 
     def _admit_pending(self) -> None:
+        self._render_until(self.now)
         while self.pending and self.pending[0][0] <= self.now:
             self.scheduler.add(heapq.heappop(self.pending)[2])
 
     def _next_pending(self) -> float | None:
-        return self.pending[0][0] if self.pending else None
+        """The next time something reaches the frontend or leaves it for the engine."""
+        times = [queue[0][0] for queue in (self.pending, self.arriving) if queue]
+        return min(times) if times else None
 
     # ------------------------------------------------------------------ metrics
     def gauges(self) -> dict[str, float]:

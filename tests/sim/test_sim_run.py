@@ -171,3 +171,44 @@ def test_a_simulated_point_is_a_measurement_judged_by_the_shared_rules(small, tm
         "2 failed requests (prompt + max_tokens > max-model-len: conversation abandoned)",
         "success requests 4 != 6",
     ]
+
+
+@pytest.mark.parametrize(
+    ("threads", "ready_in_units"),
+    [(1, [1, 2, 3, 4]), (2, [1, 1, 2, 2]), (4, [1, 1, 1, 1]), (None, [1, 1, 1, 1])],
+)
+def test_the_frontend_prepares_requests_sent_together_one_per_thread(threads, ready_in_units):
+    """Hand-checked: four 50,000-token turns sent at t = 1 s, 4 us per prompt token (0.2 s
+    each). One thread (vLLM 0.32.0's renderer pool) hands them to the engine 0.2 s apart; two
+    threads two at a time; four, or no queue (unset), all at once."""
+    from harness.serve.profiles import load_profile
+    from harness.sim.config import setup_from_profile
+    from harness.sim.request import Request
+
+    params = {"frontend_us_per_token": 4.0}
+    if threads is not None:
+        params["frontend_threads"] = float(threads)
+    engine = setup_from_profile(load_profile("offload512"), params=params).build()
+    # A think time: this one is submitted first but sent at 5 s; it must not hold the others.
+    engine._submit(Request(9, 9, 2, 50_000, 220, 5.0))
+    for rid in range(4):
+        engine._submit(Request(rid, rid, 1, 50_000, 220, 1.0))
+    engine.now = 1.0
+    engine._admit_pending()
+    ready = sorted(t for t, _, _ in engine.pending)
+    assert ready == pytest.approx([1.0 + 0.2 * k for k in ready_in_units])
+    assert engine._next_pending() == pytest.approx(1.2)
+    # By 5 s the threads are idle again: the paused request waits for nobody.
+    engine.now = 5.0
+    engine._admit_pending()
+    assert [r.rid for _, _, r in engine.pending] == [9]
+    assert engine.pending[0][0] == pytest.approx(5.2)
+
+
+def test_frontend_threads_is_bounded_and_named():
+    from harness.errors import ConfigError
+    from harness.serve.profiles import load_profile
+    from harness.sim.config import setup_from_profile
+
+    with pytest.raises(ConfigError, match="frontend_threads"):
+        setup_from_profile(load_profile("offload512"), params={"frontend_threads": 0.0})

@@ -14,6 +14,7 @@ belongs to is the engine's prefix-cache key, and the matched block count caps th
 
 from __future__ import annotations
 
+import heapq
 import os
 import sys
 import threading
@@ -180,6 +181,10 @@ class LiveEngine:
                 self.sched.waiting.remove(req)
                 if req.blocks:
                     self.engine.residency.release(req)
+            else:  # still with the frontend: it never reaches the engine
+                for queue in (self.engine.pending, self.engine.arriving):
+                    queue[:] = [entry for entry in queue if entry[2] is not req]
+                    heapq.heapify(queue)
 
     # ------------------------------------------------------------------ the loop
     def _admit_arrivals(self) -> None:
@@ -192,7 +197,7 @@ class LiveEngine:
         for h in arrivals:
             h.req.arrival = eng.now
             self._handles[h.req.rid] = h
-            self.sched.add(h.req)
+            eng._submit(h.req)  # through the frontend's renderer threads, as offline
 
     def _idle_wait(self, until_virtual: float | None) -> None:
         with self._wake:
@@ -226,9 +231,11 @@ class LiveEngine:
         while not self._stop:
             with self.lock:
                 self._admit_arrivals()
+                eng._admit_pending()
                 batch = sched.schedule(eng.now)
             if not batch:
-                wake = sched.next_load_done()
+                wakes = [t for t in (sched.next_load_done(), eng._next_pending()) if t is not None]
+                wake = min(wakes) if wakes else None
                 self._idle_wait(wake)
                 with self.lock:
                     if wake is not None and not self._inbox:
