@@ -84,7 +84,6 @@ class Engine:
         for req in client.start(start):
             self._submit(req)
         next_scrape = start + scrape_interval
-        width = sched.mtp.verify_width
         steps = 0
         while not client.done:
             self._admit_pending()
@@ -102,17 +101,12 @@ class Engine:
                     next_scrape += scrape_interval
                 self.now = wake
                 continue
-            stats = step_stats(
-                batch, topk=self.topk, verify_width=width, missing=self.residency.missing_fraction
-            )
+            stats = self.step_stats(batch)
             end = self.now + self.cost.step_time(stats)
             while next_scrape <= end:
                 samples += self._scrape(next_scrape)
                 next_scrape += scrape_interval
-            if stats.hot_rows:
-                self.hisparse_rows += stats.hot_rows
-                self.hisparse_misses += stats.offloaded_rows * self.miss_rate
-            self.hisparse_staged += stats.staged_rows
+            self.count_host_reads(stats)
             self.now = end
             steps += 1
             if steps > max_steps:
@@ -125,6 +119,23 @@ class Engine:
         self.rid_next = client.rid_base + client._rid
         self.steps += steps
         return PointResult(start, self.now, samples, steps)
+
+    def step_stats(self, batch: list[Any]) -> StepStats:
+        """A step's work; only the rows of a history not readable on the GPU are copied (the
+        residency's missing fraction), offline and over HTTP alike."""
+        return step_stats(
+            batch,
+            topk=self.topk,
+            verify_width=self.scheduler.mtp.verify_width,
+            missing=self.residency.missing_fraction,
+        )
+
+    def count_host_reads(self, stats: StepStats) -> None:
+        """HiSparse's hit/miss and host-to-device counters for one step (`counters`)."""
+        if stats.hot_rows:
+            self.hisparse_rows += stats.hot_rows
+            self.hisparse_misses += stats.offloaded_rows * self.miss_rate
+        self.hisparse_staged += stats.staged_rows
 
     def _submit(self, req: Request) -> None:
         """The client sent `req` (at `req.arrival`, which a think time may put in the future);

@@ -167,6 +167,40 @@ def test_live_engine_streams_mtp_chunks_and_recognises_a_prefix():
         live.stop()
 
 
+def test_live_engine_copies_only_the_rows_missing_from_the_gpu_as_offline_does():
+    """A 40,000-token prompt passes HiSparse's admission window, so the request decodes from the
+    host. With a quarter of its history missing from the GPU, a quarter of its top-K rows are
+    copied per step and a quarter of the history before a prefill chunk is staged: the step cost and
+    the counters offline use (`Engine.step_stats`). The HTTP engine once counted every row as
+    missing, which made its decode ~19 % slower than offline at c1 (docs/simulator.md §8)."""
+    from harness.gate.simnight import DEFAULT_CALIBRATION
+    from harness.sim.config import load_calibration
+
+    calibration = load_calibration(DEFAULT_CALIBRATION)  # vLLM 0.32.0's window and switch
+    eng = setup_from_profile(load_profile("hisparse384"), calibration).build()
+    eng.residency.missing_fraction = lambda req: 0.25  # type: ignore[method-assign]
+    done = threading.Event()
+
+    def emit(batch):
+        if any(kind == "done" for _, kind, _ in batch):
+            done.set()
+
+    live = LiveEngine(eng, time_scale=200.0, emit=emit)
+    live.done = done  # type: ignore[attr-defined]
+    live.start()
+    try:
+        ids = np.arange(40_000, dtype=np.int32)
+        live.submit(Prompt(ids, block_hashes(ids, 64)), 12)
+        assert live.done.wait(30)
+    finally:
+        live.stop()
+    assert eng.hisparse_rows > 0
+    assert eng.hisparse_misses == pytest.approx(eng.hisparse_rows * 0.25 * eng.miss_rate)
+    # Two prefill chunks (32,768 + 7,232 tokens): the second stages a quarter of the 32,768
+    # rows before it.
+    assert eng.hisparse_staged == pytest.approx(0.25 * 32_768)
+
+
 def test_live_engine_virtual_clock_runs_k_times_faster():
     live, _ = _live("hisparse384", 50.0)
     live.start()

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.sim.cost import step_stats
 from harness.sim.engine import Engine
 from harness.sim.request import Request
 from harness.sim.serve.tokens import Prompt
@@ -227,7 +226,6 @@ class LiveEngine:
 
     def _loop(self) -> None:
         eng, sched = self.engine, self.sched
-        width = sched.mtp.verify_width
         while not self._stop:
             with self.lock:
                 self._admit_arrivals()
@@ -241,7 +239,7 @@ class LiveEngine:
                     if wake is not None and not self._inbox:
                         eng.now = max(eng.now, min(wake, self.virtual_now()))
                 continue
-            stats = step_stats(batch, topk=eng.topk, verify_width=width)
+            stats = eng.step_stats(batch)
             end = eng.now + eng.cost.step_time(stats)
             self._sleep_until(end)
             with self.lock:
@@ -249,9 +247,7 @@ class LiveEngine:
 
     def _apply(self, batch: list[Any], stats: Any, end: float) -> None:
         eng = self.engine
-        if stats.offloaded_rows:
-            eng.hisparse_rows += stats.offloaded_rows
-            eng.hisparse_misses += stats.offloaded_rows * eng.miss_rate
+        eng.count_host_reads(stats)
         eng.now = end
         eng.steps += 1
         finished = self.sched.update(batch, end)
