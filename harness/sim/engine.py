@@ -82,14 +82,14 @@ class Engine:
         start = self.now
         samples = self._scrape(start)  # the harness scrapes once before the client starts
         for req in client.start(start):
-            self._submit(req)
+            self.receive(req)
         next_scrape = start + scrape_interval
         steps = 0
         while not client.done:
-            self._admit_pending()
+            self.admit_ready()
             batch = sched.schedule(self.now)
             if not batch:
-                wakes = [t for t in (sched.next_load_done(), self._next_pending()) if t is not None]
+                wakes = [t for t in (sched.next_load_done(), self.next_ready()) if t is not None]
                 wake = min(wakes) if wakes else None
                 if wake is None or wake <= self.now:
                     raise RuntimeError(
@@ -114,7 +114,7 @@ class Engine:
             for req in sched.update(batch, end):
                 nxt = client.on_finish(req, end)
                 if nxt is not None:
-                    self._submit(nxt)
+                    self.receive(nxt)
         samples += self._scrape(self.now)
         self.rid_next = client.rid_base + client._rid
         self.steps += steps
@@ -137,7 +137,7 @@ class Engine:
             self.hisparse_misses += stats.offloaded_rows * self.miss_rate
         self.hisparse_staged += stats.staged_rows
 
-    def _submit(self, req: Request) -> None:
+    def receive(self, req: Request) -> None:
         """The client sent `req` (at `req.arrival`, which a think time may put in the future);
         the engine's queue sees it after the frontend's work."""
         heapq.heappush(self.arriving, (req.arrival, req.rid, req))
@@ -156,12 +156,13 @@ class Engine:
                 heapq.heappush(free, ready)
             heapq.heappush(self.pending, (ready, rid, req))
 
-    def _admit_pending(self) -> None:
+    def admit_ready(self) -> None:
+        """Hand the engine every request whose frontend work is done by now."""
         self._render_until(self.now)
         while self.pending and self.pending[0][0] <= self.now:
             self.scheduler.add(heapq.heappop(self.pending)[2])
 
-    def _next_pending(self) -> float | None:
+    def next_ready(self) -> float | None:
         """The next time something reaches the frontend or leaves it for the engine."""
         times = [queue[0][0] for queue in (self.pending, self.arriving) if queue]
         return min(times) if times else None

@@ -470,14 +470,14 @@ class CpuEngine(Engine):
 
     overhead_s = 0.0  # set per point (it grows with the client's parallelism)
 
-    def _submit(self, req: Request) -> None:
+    def receive(self, req: Request) -> None:
         ready = req.arrival + self.overhead_s
         heapq.heappush(self.pending, (ready, req.rid, req))
 
-    def _admit_pending(self) -> None:
+    def admit_ready(self) -> None:
         if isinstance(self.scheduler, StatsScheduler):
             self.scheduler.clock = self.now  # requests join the queue between steps
-        super()._admit_pending()
+        super().admit_ready()
 
     def counters(self) -> dict[str, float]:
         """The engine's counters plus vLLM's request-time histogram sums and counts."""

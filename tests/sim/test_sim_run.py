@@ -190,17 +190,17 @@ def test_the_frontend_prepares_requests_sent_together_one_per_thread(threads, re
         params["frontend_threads"] = float(threads)
     engine = setup_from_profile(load_profile("offload512"), params=params).build()
     # A think time: this one is submitted first but sent at 5 s; it must not hold the others.
-    engine._submit(Request(9, 9, 2, 50_000, 220, 5.0))
+    engine.receive(Request(9, 9, 2, 50_000, 220, 5.0))
     for rid in range(4):
-        engine._submit(Request(rid, rid, 1, 50_000, 220, 1.0))
+        engine.receive(Request(rid, rid, 1, 50_000, 220, 1.0))
     engine.now = 1.0
-    engine._admit_pending()
+    engine.admit_ready()
     ready = sorted(t for t, _, _ in engine.pending)
     assert ready == pytest.approx([1.0 + 0.2 * k for k in ready_in_units])
-    assert engine._next_pending() == pytest.approx(1.2)
+    assert engine.next_ready() == pytest.approx(1.2)
     # By 5 s the threads are idle again: the paused request waits for nobody.
     engine.now = 5.0
-    engine._admit_pending()
+    engine.admit_ready()
     assert [r.rid for _, _, r in engine.pending] == [9]
     assert engine.pending[0][0] == pytest.approx(5.2)
 

@@ -196,7 +196,7 @@ class LiveEngine:
         for h in arrivals:
             h.req.arrival = eng.now
             self._handles[h.req.rid] = h
-            eng._submit(h.req)  # through the frontend's renderer threads, as offline
+            eng.receive(h.req)  # through the frontend's renderer threads, as offline
 
     def _idle_wait(self, until_virtual: float | None) -> None:
         with self._wake:
@@ -229,10 +229,10 @@ class LiveEngine:
         while not self._stop:
             with self.lock:
                 self._admit_arrivals()
-                eng._admit_pending()
+                eng.admit_ready()
                 batch = sched.schedule(eng.now)
             if not batch:
-                wakes = [t for t in (sched.next_load_done(), eng._next_pending()) if t is not None]
+                wakes = [t for t in (sched.next_load_done(), eng.next_ready()) if t is not None]
                 wake = min(wakes) if wakes else None
                 self._idle_wait(wake)
                 with self.lock:
