@@ -22,8 +22,9 @@ def _scraped_running(run_dir: Path, label: str) -> list[tuple[float, float]]:
     """(seconds since the point's first request, requests running summed over engines) per
     scrape, read straight from the point's samples.csv."""
     point = next(p for p in load_run(run_dir).points if p.label == label)
+    # Python's float() on the timestamps, as the report reads them: pandas' parser may differ
     samples = pd.read_csv(
-        run_dir / "points" / point.point_id / "samples.csv", float_precision="round_trip"
+        run_dir / "points" / point.point_id / "samples.csv", converters={"timestamp": float}
     )
     rows = samples[samples["name"] == "vllm:num_requests_running"]
     per_scrape = rows.groupby("timestamp")["value"].sum()

@@ -89,9 +89,11 @@ def test_background_launch_from_a_script_stops_on_sigint(cpu_build, tmp_path: Pa
         f">{out} 2>{err} &\necho $! >{pidfile}\n"
     )
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    # the condition under test: a script's background job starts with SIGINT ignored
+    # the condition under test: a script's background job starts with SIGINT ignored. Both of
+    # the sleeper's outputs go to /dev/null: holding the captured stderr pipe, it kept this run
+    # waiting its whole 60 s, and was then gone (or, by luck, a zombie still readable) when read.
     probe = subprocess.run(
-        ["bash", "-c", "setsid sleep 60 >/dev/null & echo $!"],
+        ["bash", "-c", "setsid sleep 60 >/dev/null 2>&1 & echo $!"],
         check=True,
         capture_output=True,
         text=True,
