@@ -8,63 +8,72 @@ Printed per point: the time-weighted mean (1 s samples), the 30 s reading at pha
 offline run at the blog's period reports: its first scrape is at the point's start), the 30 s
 readings' min / median / max over the phases, and the 30 s samples per point.
 
-Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_scrape_phase.py [ARM ...]
-(default: the two MTP3 arms; the calibration the profile selects)
+Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_scrape_phase.py [CALIBRATION] [ARM ...]
+(default: the shipped calibration and the two MTP3 arms)
 """
 
 from __future__ import annotations
 
 import sys
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 
-import pandas as pd
-
+from harness.analysis.metrics import gauge_per_scrape, occupancy_by_phase
 from harness.metric_names import NUM_REQUESTS_RUNNING
-from harness.results import RunLayout, load_run
-from harness.sim.run import run_simulation
+from harness.paths import REPO_ROOT
+from harness.serve.profiles import load_profile
+from harness.sim.config import load_calibration, setup_from_profile
+from harness.sim.run import load_workload, simulate_points
 
 PERIOD_S = 30  # the blog's scrape period
+DEFAULT = REPO_ROOT / "launch" / "calibrations" / "glm53-h200.yaml"
 
 
-def running_per_second(samples_csv: Path) -> pd.Series:
-    samples = pd.read_csv(samples_csv, converters={"timestamp": float})
-    rows = samples[samples["name"] == NUM_REQUESTS_RUNNING]
-    return rows.groupby("timestamp")["value"].sum().sort_index()
+@dataclass(frozen=True)
+class PhaseReadings:
+    time_weighted: float | None  # the mean over the 1 s samples that saw a running request
+    by_phase: dict[int, float]  # the 30 s reading at each whole-second phase
+    samples_per_phase: int
+
+    @property
+    def spread(self) -> tuple[float, float, float]:
+        values = list(self.by_phase.values())
+        return min(values), median(values), max(values)
 
 
-def readings_by_phase(running: pd.Series) -> dict[int, float]:
-    """The occupancy (mean of non-zero samples) a PERIOD_S scraper reads at each phase (s)."""
-    seconds = (running.index - running.index[0]).to_numpy().round().astype(int)
+def phase_readings(arm: str, calibration: Path | None) -> dict[str, PhaseReadings]:
+    """Per point label of the arm's sweep: its occupancy read at every 30 s phase."""
+    prof = load_profile(arm)
+    setup = setup_from_profile(prof, load_calibration(calibration) if calibration else None)
+    sweep = prof.sweep.model_copy(update={"scrape_interval_s": 1.0})
     out = {}
-    for phase in range(PERIOD_S):
-        seen = running[seconds % PERIOD_S == phase]
-        nonzero = seen[seen > 0]
-        if len(nonzero):
-            out[phase] = float(nonzero.mean())
+    for record, samples in simulate_points(setup, load_workload(None), sweep, gpus=prof.gpus):
+        running = gauge_per_scrape(samples, NUM_REQUESTS_RUNNING)
+        whole = occupancy_by_phase(running, 1)
+        out[record.label] = PhaseReadings(
+            whole.get(0), occupancy_by_phase(running, PERIOD_S), len(running) // PERIOD_S
+        )
     return out
 
 
-def main(arms: list[str]) -> None:
-    out = Path(tempfile.mkdtemp(prefix="scrape-phase-"))
+def main(args: list[str]) -> None:
+    calibration = Path(args.pop(0)) if args and args[0].endswith(".yaml") else DEFAULT
+    arms = args or ["hisparse384", "offload512"]
+    print(f"calibration: {calibration}")
     print(
         f"{'arm':18s} {'point':5s} {'1 s mean':>8s}   30 s: {'phase 0':>7s} {'min':>6s} "
         f"{'median':>6s} {'max':>6s}  samples"
     )
     for arm in arms:
-        run_dir = run_simulation(arm, overrides=["sweep.scrape_interval_s=1"], out=out, run_id=arm)
-        for point in load_run(run_dir).points:
-            running = running_per_second(RunLayout(run_dir).samples_csv(point.point_id))
-            nonzero = running[running > 0]
-            phases = readings_by_phase(running)
-            values = list(phases.values())
+        for label, r in phase_readings(arm, calibration).items():
+            low, mid, high = r.spread
             print(
-                f"{arm:18s} {point.label:5s} {nonzero.mean():8.2f}         "
-                f"{phases.get(0, float('nan')):7.2f} {min(values):6.2f} {median(values):6.2f} "
-                f"{max(values):6.2f}  {len(running) // PERIOD_S}"
+                f"{arm:18s} {label:5s} {r.time_weighted or 0:8.2f}         "
+                f"{r.by_phase.get(0, float('nan')):7.2f} {low:6.2f} {mid:6.2f} {high:6.2f}  "
+                f"{r.samples_per_phase}"
             )
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["hisparse384", "offload512"])
+    main(sys.argv[1:])

@@ -75,6 +75,23 @@ def gauge_per_scrape(
     return [(t, float(fold(v))) for t, v in sorted(by_time.items())]
 
 
+def occupancy_by_phase(running: Sequence[tuple[float, float]], period_s: int) -> dict[int, float]:
+    """The occupancy a scraper every `period_s` seconds would read, per whole-second phase.
+
+    `running` is the summed running gauge [(time, value)] from a 1 s scrape starting at the
+    point's start; phase k keeps the samples k, k + period_s, ... seconds in. A phase that sees
+    no running request is left out (its occupancy is null). A short point gives a long period a
+    handful of samples, so the phase decides the reading (docs/simulator.md §6a)."""
+    if not running:
+        return {}
+    start = running[0][0]
+    seen: dict[int, list[float]] = defaultdict(list)
+    for t, value in running:
+        if value > 0:
+            seen[round(t - start) % period_s].append(value)
+    return {phase: sum(v) / len(v) for phase, v in sorted(seen.items())}
+
+
 def counter_increase(before: float, after: float) -> float:
     """Increase of one counter series between two scrapes. A drop is a reset (the server
     restarted): the counter started again from 0, so its new value is the whole increase."""
