@@ -15,12 +15,15 @@ import time
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
+from statistics import fmean, pstdev
 from typing import Any
 
 import yaml
 
 from harness import __version__
+from harness.analysis.metrics import gauge_per_scrape, occupancy_by_phase
 from harness.errors import ConfigError
+from harness.metric_names import NUM_REQUESTS_RUNNING
 from harness.paths import REPO_ROOT
 from harness.results import atomic_write_text
 from harness.sim.config import CALIBRATION_SCHEMA, setup_from_profile
@@ -106,6 +109,19 @@ def load_targets(path: Path = PUBLISHED) -> list[Target]:
     return out
 
 
+def phase_read_occupancy(samples: list[Any], period_s: float) -> tuple[float, float] | None:
+    """What a scraper every `period_s` seconds, started at a phase unrelated to the point's,
+    reads as occupancy: the mean over its whole-second phases, and the phases' standard
+    deviation in log space. `samples` come from a 1 s scrape of the point (docs/simulator.md
+    §6a: a c8 point gives a 30 s scrape about 8 samples, so the phase moves the reading)."""
+    running = gauge_per_scrape(samples, NUM_REQUESTS_RUNNING)
+    readings = [v for v in occupancy_by_phase(running, max(1, round(period_s))).values() if v > 0]
+    if not readings:
+        return None
+    logs = [math.log(v) for v in readings]
+    return fmean(readings), pstdev(logs)
+
+
 def predict(
     profile_name: str,
     params: dict[str, float],
@@ -113,13 +129,24 @@ def predict(
     calibration: Any = None,
     overrides: tuple[str, ...] = (),
 ) -> dict[str, dict[str, float | None]]:
+    """Per point: the simulated metrics, with the occupancy read as the published one was, by a
+    scraper of the profile's period at an unknown phase (`phase_read_occupancy`); its phase
+    spread is `occupancy_phase_sd`. The engine does not depend on the scrape: the other metrics
+    are those of a run at the profile's own period."""
     from harness.serve.profiles import load_profile
 
     prof = load_profile(profile_name, overrides)
     residency = None if calibration is not None else FIT_RESIDENCY
     setup = setup_from_profile(prof, calibration, params, residency=residency)
-    res = simulate_points(setup, load_workload(dataset), prof.sweep, gpus=max(prof.gpus, 1))
-    return {rec.label: dict(rec.metrics) for rec, _ in res}
+    sweep = prof.sweep.model_copy(update={"scrape_interval_s": 1.0})
+    res = simulate_points(setup, load_workload(dataset), sweep, gpus=max(prof.gpus, 1))
+    out: dict[str, dict[str, float | None]] = {}
+    for rec, samples in res:
+        metrics: dict[str, float | None] = dict(rec.metrics)
+        read = phase_read_occupancy(samples, prof.sweep.scrape_interval_s)
+        metrics["occupancy"], metrics["occupancy_phase_sd"] = read or (None, None)
+        out[rec.label] = metrics
+    return out
 
 
 def errors(targets: list[Target], params: dict[str, float]) -> list[dict[str, Any]]:
@@ -137,6 +164,11 @@ def errors(targets: list[Target], params: dict[str, float]) -> list[dict[str, An
                         "target": value,
                         "simulated": got,
                         "rel_error": None if got is None else got / value - 1.0,
+                        **(
+                            {"phase_sd": sim.get(label, {}).get("occupancy_phase_sd")}
+                            if metric == "occupancy"
+                            else {}
+                        ),
                     }
                 )
     return rows
@@ -290,19 +322,19 @@ def sensitivities(
 def residual_sigmas(rows: list[dict[str, Any]], n_params: int) -> dict[str, float]:
     """Log-space model error per metric: the fit's residual standard error (its mean squared
     log error, scaled by n / (n - p) for the parameters it fitted) with the read-off error of
-    the published values in quadrature."""
+    the published values in quadrature. For occupancy also the scrape phase's spread (mean
+    square of the rows' `phase_sd`): the fit compares the phase mean, but a run reads one phase."""
     n = sum(1 for r in rows if r["simulated"])
     dof = n / max(1, n - n_params)
     out = {}
     for metric in METRICS:
-        errs = [
-            math.log(r["simulated"] / r["target"])
-            for r in rows
-            if r["metric"] == metric and r["simulated"]
-        ]
-        if errs:
-            mse = sum(e * e for e in errs) / len(errs) * dof
-            out[metric] = math.sqrt(mse + READOFF[metric] ** 2)
+        mine = [r for r in rows if r["metric"] == metric and r["simulated"]]
+        if not mine:
+            continue
+        errs = [math.log(r["simulated"] / r["target"]) for r in mine]
+        mse = sum(e * e for e in errs) / len(errs) * dof
+        phase = sum((r.get("phase_sd") or 0.0) ** 2 for r in mine) / len(mine)
+        out[metric] = math.sqrt(mse + READOFF[metric] ** 2 + phase)
     return out
 
 
@@ -437,7 +469,8 @@ def write_calibration(
             "parameters' covariance (Gauss-Newton, (J^T W J)^+ over the published points, "
             "W = 1 / s^2), g the point's log-metric gradient (forward differences of "
             f"{SENSITIVITY_STEP:g} of each range), s the fit's residual standard error per "
-            "metric (n / (n - p) scaled, read-off error in quadrature); averaged per arm",
+            "metric (n / (n - p) scaled, read-off error and, for occupancy, the 30 s scrape's "
+            "phase spread in quadrature); averaged per arm",
             **interval_sigmas(rows, tuple(params), grads),
         },
         "fixed": {k: v for k, v in FIXED_NOTES.items() if k not in params},
@@ -451,6 +484,9 @@ def write_calibration(
             "series": {v: k for k, v in ARMS.items()},
             "workload": "blog-shaped token counts (docs/recipe.md §6)",
             "optimiser": "scipy.optimize.minimize Nelder-Mead, bounded, normalised",
+            "occupancy_read": "the mean over the 30 whole-second phases of what a 30 s scrape "
+            "reads (the published occupancy is one such reading at an unknown phase); the "
+            "phases' spread is in the occupancy interval",
             "loss": "sum of w x log(simulated / published)^2, w = "
             + ", ".join(f"{k} {v}" for k, v in WEIGHTS.items())
             + f"; plus {HINGE:g} x (|log error| - log(1 + band))^2 outside the bands "

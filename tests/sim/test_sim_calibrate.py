@@ -159,3 +159,29 @@ def test_a_run_takes_its_own_arms_interval(tmp_path: Path):
     out.write_text(yaml.safe_dump(data))
     with pytest.raises(Exception, match="sigma_log_by_profile.offload512.occupancy"):
         load_calibration(out)
+
+
+def test_occupancy_is_read_as_a_scraper_of_unknown_phase_would() -> None:
+    from harness.measurement import Sample
+
+    # 1 s samples of two engines' running gauges, summed per scrape: 2, 4, 0, 6, 2, 0, 8, 0, 0
+    per_second = [2, 4, 0, 6, 2, 0, 8, 0, 0]
+    samples = [
+        Sample(float(t), 50.0 + t, "vllm:num_requests_running", {"engine": str(e)}, v / 2)
+        for t, v in enumerate(per_second)
+        for e in (0, 1)
+    ]
+    # period 3: phase 0 reads (2 + 6 + 8) / 3, phase 1 (4 + 2) / 2, phase 2 sees nothing
+    mean, sd = cal.phase_read_occupancy(samples, 3.0)
+    assert mean == pytest.approx((16 / 3 + 3.0) / 2)
+    assert sd == pytest.approx(abs(math.log(16 / 3) - math.log(3.0)) / 2)
+    assert cal.phase_read_occupancy(samples[:0], 30.0) is None
+
+
+def test_the_occupancy_sigma_carries_the_scrape_phase_spread() -> None:
+    rows = [
+        {"metric": "occupancy", "target": 10.0, "simulated": 10.0, "phase_sd": 0.06},
+        {"metric": "occupancy", "target": 10.0, "simulated": 10.0, "phase_sd": 0.08},
+    ]
+    # no residual, no read-off error: the phase spread alone, as a root mean square
+    assert cal.residual_sigmas(rows, 0)["occupancy"] == pytest.approx(math.sqrt(0.005))
