@@ -5,11 +5,11 @@ reasoning-field pitfall caught by the fidelity check, and injected faults."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
+from support.evalscope_dirs import evalscope_point_dir
 
 from harness.dataset import ensure_dataset
 from harness.results import load_run
@@ -161,11 +161,6 @@ def _sweep(tmp_path, run_id: str, sim_args=(), overrides=SMALL, k=K):
     )
 
 
-def _evalscope_dir(run_dir: Path, point) -> Path:
-    tag = f"parallel_{point.parallel}_number_{point.number}"
-    return run_dir / "points" / point.point_id / "evalscope" / point.point_id / tag
-
-
 def calibrated_acceptance() -> float:
     path = find_calibration("glm-5.3", "h200")
     assert path is not None
@@ -187,7 +182,9 @@ def test_evalscope_drives_the_sim_server(tmp_path):
         assert m["client_kv_cache_hit_rate"] == pytest.approx(m["prefix_cache_hit_rate"], abs=0.02)
         assert client.decoded_tok_per_iter and client.decoded_tok_per_iter > 1.5  # MTP chunks
         # client times x K are virtual times: the recorded TPOT is EvalScope's own x K, exactly
-        raw = json.loads((_evalscope_dir(run.root, point) / "benchmark_summary.json").read_text())
+        raw = json.loads(
+            (evalscope_point_dir(run.root, point) / "benchmark_summary.json").read_text()
+        )
         assert m["mean_tpot_ms"] == pytest.approx(K * raw["TPOT (ms)"], rel=1e-9)
         # and of the server's own (virtual) TPOT's size: an unscaled, twice-scaled or unpaced
         # time is K x off. How close they come is load-dependent (the server bursts to catch

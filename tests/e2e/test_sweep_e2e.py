@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from procs import children
+from support.evalscope_dirs import evalscope_point_dir
 
 from harness.errors import RunError
 from harness.results import load_run
@@ -27,17 +28,6 @@ QUIET = {"echo": lambda _msg: None}
 
 
 # --------------------------------------------------------------------------- independent recompute
-
-
-def _evalscope_point_dir(run_dir: Path, point) -> Path:
-    return (
-        run_dir
-        / "points"
-        / point.point_id
-        / "evalscope"
-        / point.point_id
-        / f"parallel_{point.parallel}_number_{point.number}"
-    )
 
 
 def _counter_delta(df: pd.DataFrame, name: str) -> float | None:
@@ -54,7 +44,7 @@ def _counter_delta(df: pd.DataFrame, name: str) -> float | None:
 
 def recompute(run_dir: Path, point, gpus: int) -> dict[str, float | None]:
     samples = pd.read_csv(run_dir / "points" / point.point_id / "samples.csv")
-    evs = _evalscope_point_dir(run_dir, point)
+    evs = evalscope_point_dir(run_dir, point)
     summary = json.loads((evs / "benchmark_summary.json").read_text())
     percentiles = pd.DataFrame(json.loads((evs / "benchmark_percentile.json").read_text()))
     with sqlite3.connect(evs / "benchmark_data.db") as con:
