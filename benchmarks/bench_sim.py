@@ -101,6 +101,7 @@ def check_occupancy_phases(calibration: Path | None) -> None:
     """The MTP3 occupancy targets read without the phase-0 scrape's luck: time-weighted (1 s
     samples) and over every 30 s phase (benchmarks/bench_scrape_phase.py)."""
     from bench_scrape_phase import phase_readings  # a sibling: the script's folder is on sys.path
+
     from harness.sim.calibrate import load_targets
 
     misses = 0
