@@ -74,6 +74,10 @@ START = {
 # The residency mechanism the fit runs (harness.sim.config.RESIDENCY_MODELS); the file records
 # it, and runs with the calibration use the same one.
 FIT_RESIDENCY = "vllm-0.32"
+# Facts of vLLM 0.32.0 the fit runs with, not free parameters: its API server renders and
+# tokenises requests on one thread (config/model.py renderer_num_workers = 1), so turns sent
+# together reach the engine one after another (docs/simulator.md §2, §6a).
+FIT_FIXED = {"frontend_threads": 1.0}
 WEIGHTS = {"occupancy": 2.0, "interactivity": 1.0, "throughput_per_gpu": 1.0}
 METRICS = tuple(WEIGHTS)
 # Issue 12's acceptance bands (relative error per point), and how steeply leaving one costs: the
@@ -137,6 +141,8 @@ def predict(
 
     prof = load_profile(profile_name, overrides)
     residency = None if calibration is not None else FIT_RESIDENCY
+    if calibration is None:
+        params = {**FIT_FIXED, **params}
     setup = setup_from_profile(prof, calibration, params, residency=residency)
     sweep = prof.sweep.model_copy(update={"scrape_interval_s": 1.0})
     res = simulate_points(setup, load_workload(dataset), sweep, gpus=max(prof.gpus, 1))
@@ -278,6 +284,8 @@ FIXED_NOTES = {
     "pcie_eff": "roofline default 0.8 (docs/simulator.md §5: ~50-55 of 64 GB/s for bulk copies)",
     "step_overhead_ms": "roofline default 1.0 (host time per step; estimate)",
     "frontend_us_per_token": "roofline default 4.0 (tokenizer, template, hashing)",
+    "frontend_threads": "1: vLLM 0.32.0's API server renders and tokenises on one thread "
+    "(config/model.py renderer_num_workers)",
     "host_bytes_scale": "derived per MTP mode: served fp8_ds_mla rows with the MTP layer / "
     "the calculator's bytes (docs/simulator.md §3)",
     "kv_gib_per_gpu": "derived per GPU and MTP mode: 0.92 x HBM - weights - MTP module "
@@ -435,7 +443,7 @@ def _git_commit() -> str | None:
 def complete_params(params: dict[str, float]) -> dict[str, float]:
     """The fitted parameters plus the fixed ones at the values the fit ran with (the roofline's
     defaults), so that the file states every value a run applies."""
-    fixed = {k: v for k, v in _roofline_defaults().items() if k not in params}
+    fixed = {k: v for k, v in {**_roofline_defaults(), **FIT_FIXED}.items() if k not in params}
     fixed.pop("host_bytes_scale", None)  # when not fitted: derived (config.served_bytes_scale)
     return {**params, **dict(sorted(fixed.items()))}
 

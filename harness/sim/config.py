@@ -21,11 +21,11 @@ from harness.paths import REPO_ROOT
 from harness.sim.cost import FIT_PARAMS, Roofline
 from harness.sim.engine import Engine
 from harness.sim.facts import compute_facts, gpu_facts
+from harness.sim.hisparse_layout import served_hisparse_pool
 from harness.sim.intervals import interval80
 from harness.sim.mtp import Mtp
 from harness.sim.pool import (
-    derived_kv_gib,
-    mtp_kv_gib,
+    kv_budget,
     residency_pools,
     served_bytes_scale,
     token_bytes,
@@ -353,17 +353,7 @@ def setup_from_profile(
     where = f"profile {profile.name} ({profile.source})"
     serve = dict(profile.serve)
     model, gpu = _check_inputs(profile, serve, calibration, gpu, where)
-    tp = _int(where, "serve.tensor-parallel-size", serve.get("tensor-parallel-size", 1))
-    dp = _int(where, "serve.data-parallel-size", serve.get("data-parallel-size", 1))
-    if dp != 1:
-        raise ConfigError(f"{where}: serve.data-parallel-size: {dp}: only DP1 is modelled")
-    if profile.gpus != tp:
-        raise ConfigError(f"{where}: gpus: {profile.gpus} differs from TP {tp} (DP1)")
-    spec = _spec_tokens(where, serve)
-    dtype = serve.get("kv-cache-dtype", "fp8")
-    if dtype not in model.kv_layouts:
-        raise ConfigError(f"{where}: serve.kv-cache-dtype: {dtype!r} not in {model.source_file}")
-    max_seqs = _int(where, "serve.max-num-seqs", serve.get("max-num-seqs", 256))
+    tp, dp, spec, dtype, max_seqs = _serve_shape(where, serve, profile.gpus, model)
     fitted = dict(calibration.params) if calibration else {}
     fitted.update(params or {})
     kv_override = fitted.pop("kv_gib_per_gpu", None)
@@ -377,7 +367,7 @@ def setup_from_profile(
     if derived and "host_bytes_scale" not in fitted:
         fitted["host_bytes_scale"] = served_bytes_scale(model, dtype, spec)
     try:
-        kv = _kv_budget(model, gpu, tp, dtype, util, spec, cf, kv_override, runtime_gib)
+        kv = kv_budget(model, gpu, tp, dtype, util, spec, cf, kv_override, runtime_gib)
         dep = make_deployment(
             model,
             gpu=gpu,
@@ -405,8 +395,16 @@ def setup_from_profile(
     batched = _int(where, "serve.max-num-batched-tokens", serve.get("max-num-batched-tokens", 8192))
     window = admission_window_blocks(policy, residency, batched, max_len, model.block_tokens.gpu)
     overridden = "num-gpu-blocks-override" in serve
+    unit_bytes: int | None = None
+    layout_facts: dict[str, float] = {}
+    if policy == "hisparse" and residency == "vllm-0.32":  # vLLM 0.32.0's own page geometry
+        given = pool if overridden else None
+        runtime = runtime_gib if derived else None
+        pool, unit_bytes, layout_facts = served_hisparse_pool(
+            model, dep, policy_args, given, runtime, spec, cf, max_seqs, batched
+        )
     kv_check = _refuse_like_vllm(
-        where, policy, pool, dep, policy_args, max_len, overridden, roof, window
+        where, policy, pool, dep, policy_args, max_len, overridden, roof, window, unit_bytes
     )
     facts = {
         "kv_gib_per_gpu": dep.kv_gib_per_gpu,
@@ -418,6 +416,7 @@ def setup_from_profile(
         "baseline_limit_at_80k": capacity_at(dep, 80000, rows).baseline_limit,
         "hisparse_limit_at_80k": capacity_at(dep, 80000, rows).hisparse_limit,
         **kv_check,
+        **layout_facts,
     }
     return SimSetup(
         profile_name=profile.name,
@@ -441,26 +440,21 @@ def setup_from_profile(
     )
 
 
-def _kv_budget(
-    model: ModelSpec,
-    gpu: str,
-    tp: int,
-    dtype: str,
-    util: float,
-    spec: int,
-    cf: Any,
-    kv_override: float | None,
-    runtime_gib: float | None,
-) -> float | None:
-    """KV GiB per GPU: None uncalibrated (the calculator's budget for both MTP modes, as
-    `repro capacity` gives it); an explicit budget is the MTP server's, taken per MTP mode
-    (mtp_kv_gib); a calibrated run derives the pool as vLLM sizes it, per GPU and mode."""
-    if kv_override is not None:
-        return mtp_kv_gib(model, dtype, kv_override, spec, cf, tp)
-    if runtime_gib is None:
-        return None
-    plain = make_deployment(model, gpu=gpu, tp=tp, kv_dtype=dtype, gpu_memory_utilization=util)
-    return derived_kv_gib(plain, runtime_gib, spec, cf)
+def _serve_shape(
+    where: str, serve: dict[str, Any], gpus: int, model: ModelSpec
+) -> tuple[int, int, int, str, int]:
+    """(TP, DP, speculative tokens, KV dtype, max-num-seqs) of a profile's serve block."""
+    tp = _int(where, "serve.tensor-parallel-size", serve.get("tensor-parallel-size", 1))
+    dp = _int(where, "serve.data-parallel-size", serve.get("data-parallel-size", 1))
+    if dp != 1:
+        raise ConfigError(f"{where}: serve.data-parallel-size: {dp}: only DP1 is modelled")
+    if gpus != tp:
+        raise ConfigError(f"{where}: gpus: {gpus} differs from TP {tp} (DP1)")
+    dtype = serve.get("kv-cache-dtype", "fp8")
+    if dtype not in model.kv_layouts:
+        raise ConfigError(f"{where}: serve.kv-cache-dtype: {dtype!r} not in {model.source_file}")
+    max_seqs = _int(where, "serve.max-num-seqs", serve.get("max-num-seqs", 256))
+    return tp, dp, _spec_tokens(where, serve), dtype, max_seqs
 
 
 def _apply_params(roof: Roofline, params: dict[str, float]) -> None:
@@ -493,11 +487,12 @@ def _refuse_like_vllm(
     overridden: bool,
     roof: Roofline,
     window_blocks: int | None,
+    unit_bytes: int | None = None,
 ) -> dict[str, float]:
     """vLLM's start-up checks on the simulated pools (harness.sim.startup): the error names
     the profile, then carries vLLM's own message."""
     try:
-        pool_need = kv_pool(policy, pool, dep, args, overridden, window_blocks)
+        pool_need = kv_pool(policy, pool, dep, args, overridden, window_blocks, unit_bytes)
         facts = check_kv_pool(pool_need, max_len)
         if policy == "hisparse":
             host = int(args["host_blocks"] / roof.host_bytes_scale)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from harness.capacity.deployment import GIB
+from harness.capacity.deployment import GIB, make_deployment
 from harness.capacity.formulas import capacity_at
 from harness.capacity.model import ModelSpec
 from harness.errors import ConfigError
@@ -14,6 +14,8 @@ from harness.sim.cost import SERVED_ROW_BYTES
 
 __all__ = [
     "derived_kv_gib",
+    "free_kv_gib",
+    "kv_budget",
     "mtp_kv_gib",
     "residency_pools",
     "served_bytes_scale",
@@ -69,10 +71,16 @@ def derived_kv_gib(dep: Any, runtime_gib: float, spec: int, cf: Any) -> float:
     (mtp_kv_gib's ratio), so the same bytes hold fewer calculator blocks. The null block is
     taken off the pool by the caller (docs/simulator.md §3).
     """
+    free = free_kv_gib(dep, runtime_gib, spec, cf)
+    return free * _mtp_block_ratio(dep.model, dep.kv_dtype) if spec else free
+
+
+def free_kv_gib(dep: Any, runtime_gib: float, spec: int, cf: Any) -> float:
+    """What vLLM's start-up profile leaves for KV per GPU, in bytes (GiB): gpu-memory-utilization
+    x HBM - the weights - the MTP module's weights (with MTP) - `runtime_gib`."""
     free = dep.gpu_budget_gib - dep.weights_gib_per_gpu - runtime_gib
     if spec:
         free -= cf.mtp_params / dep.tp / GIB
-        free *= _mtp_block_ratio(dep.model, dep.kv_dtype)
     return max(0.0, free)
 
 
@@ -130,3 +138,25 @@ def residency_pools(
             },
         )
     return "gpu", lim.baseline_pool, {}
+
+
+def kv_budget(
+    model: ModelSpec,
+    gpu: str,
+    tp: int,
+    dtype: str,
+    util: float,
+    spec: int,
+    cf: Any,
+    kv_override: float | None,
+    runtime_gib: float | None,
+) -> float | None:
+    """KV GiB per GPU: None uncalibrated (the calculator's budget for both MTP modes, as
+    `repro capacity` gives it); an explicit budget is the MTP server's, taken per MTP mode
+    (mtp_kv_gib); a calibrated run derives the pool as vLLM sizes it, per GPU and mode."""
+    if kv_override is not None:
+        return mtp_kv_gib(model, dtype, kv_override, spec, cf, tp)
+    if runtime_gib is None:
+        return None
+    plain = make_deployment(model, gpu=gpu, tp=tp, kv_dtype=dtype, gpu_memory_utilization=util)
+    return derived_kv_gib(plain, runtime_gib, spec, cf)

@@ -62,10 +62,12 @@ def kv_pool(
     args: dict[str, Any],
     overridden: bool,
     window_blocks: int | None = None,
+    unit_bytes: int | None = None,
 ) -> KvPool:
     """The simulated pool and per-request need, in the units the residency allocates.
 
-    `window_blocks`: HiSparse's resident admission window under the vLLM 0.32 residency. One
+    `unit_bytes`: the block of a pool laid out as vLLM 0.32.0 lays out HiSparse's (all of it
+    usable). `window_blocks`: HiSparse's resident admission window under the vLLM 0.32 residency. One
     request then needs the window's resident pages at admission, and later its indexer pages
     plus a hot region; a pool smaller than either can never run it, so the engine refuses to
     start instead of waiting forever."""
@@ -86,19 +88,28 @@ def kv_pool(
         def need(n: int) -> int:  # fully resident: every block of the context
             return -(-n // tokens)
 
+    if unit_bytes is not None:  # vLLM 0.32.0's HiSparse blocks (harness/sim/hisparse_layout.py)
+        return KvPool(pool_units * unit_bytes, unit_bytes, need)
     available = pool_units * unit if overridden else int(dep.kv_gib_per_gpu * GIB)
     return KvPool(available, unit, need)
+
+
+ASYNC_CONCURRENT_BATCHES = 2
 
 
 def admission_window_blocks(
     policy: str, residency: str, batched_tokens: int, max_len: int, block_tokens: int
 ) -> int | None:
     """HiSparse under the vLLM 0.32 residency: the resident pages admission reserves for a
-    request, its in-flight window in GPU blocks (cdiv(min(batched tokens, max len), block));
+    request, its in-flight window in GPU blocks (cdiv(min(2 x batched tokens, max len), block));
     None where admission has no window."""
     if policy != "hisparse" or residency != "vllm-0.32":
         return None
-    return -(-min(batched_tokens, max_len) // block_tokens)
+    # vLLM 0.32.0 max_in_flight_tokens (config/vllm.py): max_concurrent_batches x batched tokens,
+    # 2 with async scheduling, which is on by default and with MTP, under model runner V2
+    # (HiSparse forces it); `v1/kv_cache_interface.py` max_admission_blocks_per_request.
+    in_flight = ASYNC_CONCURRENT_BATCHES * batched_tokens
+    return -(-min(in_flight, max_len) // block_tokens)
 
 
 def estimate_max_model_len(pool: KvPool, check_bytes: int, max_model_len: int) -> int:

@@ -13,7 +13,8 @@ conversation 1's). Its turn 2 then finds 472 - 361 = 111 blocks on the GPU and l
 361 from the CPU pool: 361 x the residency's bytes per block (3,930,244 B with the committed
 calibration) = 1,418,818,084 B, the point's whole `offload_load_gib`. Without the pause the same
 sweep loads nothing, and the turn's TTFT grows by the copy time (bytes / PCIe bytes per second).
-HiSparse (vLLM 0.32 residency, 20,000 pages: two conversations fit, three do not): conversation 2
+HiSparse (vLLM 0.32 residency, 26,000 pool blocks; a 31,660-token conversation holds 495 x 22 =
+10,890 of them resident: two conversations fit, three do not): conversation 2
 runs during the pause and the pool reuses conversation 0's released pages; its turn 2 stages the
 reused rows from the host before its prefill (only the missing rows), so the point's
 host-to-device bytes go from 0 to > 1 GiB and its later turns are slower. Without the pause the
@@ -68,7 +69,7 @@ def simulate(files, out: Path, profile: str, paused: bool):
             "sweep.points=[[2,3]]",
             "sweep.dataset_offset=0",
             "sweep.scrape_interval_s=1",
-            "serve.num-gpu-blocks-override=" + ("1100" if profile == "offload512" else "20000"),
+            "serve.num-gpu-blocks-override=" + ("1100" if profile == "offload512" else "26000"),
             "serve.max-model-len=40000",
             f"sweep.think_time={think}",
         ],

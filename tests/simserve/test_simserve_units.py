@@ -168,8 +168,8 @@ def test_live_engine_streams_mtp_chunks_and_recognises_a_prefix():
 
 
 def test_live_engine_copies_only_the_rows_missing_from_the_gpu_as_offline_does():
-    """A 40,000-token prompt passes HiSparse's admission window, so the request decodes from the
-    host. With a quarter of its history missing from the GPU, a quarter of its top-K rows are
+    """A 70,000-token prompt passes HiSparse's admission window (65,536 tokens: two batches of
+    32,768 in flight under async scheduling), so the request decodes from the host. With a quarter of its history missing from the GPU, a quarter of its top-K rows are
     copied per step and a quarter of the history before a prefill chunk is staged: the step cost and
     the counters offline use (`Engine.step_stats`). The HTTP engine once counted every row as
     missing, which made its decode ~19 % slower than offline at c1 (docs/simulator.md §8)."""
@@ -189,16 +189,16 @@ def test_live_engine_copies_only_the_rows_missing_from_the_gpu_as_offline_does()
     live.done = done  # type: ignore[attr-defined]
     live.start()
     try:
-        ids = np.arange(40_000, dtype=np.int32)
+        ids = np.arange(70_000, dtype=np.int32)
         live.submit(Prompt(ids, block_hashes(ids, 64)), 12)
         assert live.done.wait(30)
     finally:
         live.stop()
     assert eng.hisparse_rows > 0
     assert eng.hisparse_misses == pytest.approx(eng.hisparse_rows * 0.25 * eng.miss_rate)
-    # Two prefill chunks (32,768 + 7,232 tokens): the second stages a quarter of the 32,768
-    # rows before it.
-    assert eng.hisparse_staged == pytest.approx(0.25 * 32_768)
+    # Three prefill chunks (32,768 + 32,768 + 4,464 tokens): each after the first stages a
+    # quarter of the history before it (32,768 and 65,536 rows).
+    assert eng.hisparse_staged == pytest.approx(0.25 * (32_768 + 65_536))
 
 
 def test_live_engine_virtual_clock_runs_k_times_faster():
