@@ -71,8 +71,12 @@ class GpuResidency:
         return Hit(gpu, 0, 0)
 
     def admission_units(self, req: Request, hit: Hit) -> int:
-        """Units the whole input needs beyond the GPU hit (reserve-full-input admission)."""
-        return (self.blocks_for(req.total) - hit.gpu_blocks) * self.resident_units
+        """Units the whole input needs (reserve-full-input admission): its new blocks and its GPU
+        hit's, which stay in the free count (evictable) until the request takes them: vLLM 0.32.0
+        `v1/core/single_type_kv_cache_manager.py` get_num_blocks_to_allocate counts new plus
+        evictable hit blocks. Counting the new ones alone admitted a request whose growth then
+        failed, and a queue of them stalled."""
+        return self.blocks_for(req.total) * self.resident_units
 
     def start(self, req: Request, hit: Hit) -> None:
         """Attach the GPU hit to the request (its units leave the free queue)."""

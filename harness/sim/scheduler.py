@@ -104,6 +104,16 @@ class Scheduler:
         self.waiting.appendleft(req)
 
     def _schedule_waiting(self, now: float, budget: int, batch: list[Scheduled]) -> int:
+        # Requests holding KV blocks (admitted for an asynchronous load) are drained before the
+        # others, each group in arrival order: vLLM 0.32.0 keeps them in `kv_holding_waiting`
+        # (`v1/core/sched/scheduler.py` schedule). In one queue, a head that cannot be admitted
+        # would block loaded requests whose blocks it needs, and nothing would run again.
+        if any(r.blocks for r in self.waiting):
+            order = [r for r in self.waiting if r.blocks] + [
+                r for r in self.waiting if not r.blocks
+            ]
+            self.waiting.clear()
+            self.waiting.extend(order)
         skipped: list[Request] = []
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
