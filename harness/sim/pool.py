@@ -76,7 +76,7 @@ def derived_kv_gib(dep: Any, runtime_gib: float, spec: int, cf: Any) -> float:
 
 
 def free_kv_gib(dep: Any, runtime_gib: float, spec: int, cf: Any) -> float:
-    """What vLLM's start-up profile leaves for KV per GPU, in bytes (GiB): gpu-memory-utilization
+    """What vLLM's start-up profile leaves for KV per GPU, in GiB: gpu-memory-utilization
     x HBM - the weights - the MTP module's weights (with MTP) - `runtime_gib`."""
     free = dep.gpu_budget_gib - dep.weights_gib_per_gpu - runtime_gib
     if spec:

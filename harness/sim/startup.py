@@ -67,10 +67,10 @@ def kv_pool(
     """The simulated pool and per-request need, in the units the residency allocates.
 
     `unit_bytes`: the block of a pool laid out as vLLM 0.32.0 lays out HiSparse's (all of it
-    usable). `window_blocks`: HiSparse's resident admission window under the vLLM 0.32 residency. One
-    request then needs the window's resident pages at admission, and later its indexer pages
-    plus a hot region; a pool smaller than either can never run it, so the engine refuses to
-    start instead of waiting forever."""
+    usable). `window_blocks`: HiSparse's resident admission window under the vLLM 0.32
+    residency. One request then needs the window's resident pages at admission, and later its
+    indexer pages plus a hot region; a pool smaller than either can never run it, so the engine
+    refuses to start instead of waiting forever."""
     if policy == "hisparse":
         unit, tokens = dep.hisparse_block_bytes, dep.gpu_block_tokens
         resident = args["latent_units"] + args["indexer_units"]
