@@ -127,8 +127,8 @@ def served_hisparse_pool(
     override, in vLLM blocks), else what the start-up profile leaves when it takes
     `runtime_gib` besides the weights (docs/simulator.md §3), else the budget the run was
     given (`dep.kv_gib_per_gpu`)."""
-    from harness.capacity.deployment import GIB, make_deployment
-    from harness.sim.pool import free_kv_gib
+    from harness.capacity.deployment import GIB
+    from harness.sim.pool import profile_free_kv_gib
 
     lay = vllm_hisparse_layout(
         model,
@@ -139,14 +139,7 @@ def served_hisparse_pool(
     )
     free = dep.kv_gib_per_gpu
     if runtime_gib is not None:
-        plain = make_deployment(
-            model,
-            gpu=dep.gpu,
-            tp=dep.tp,
-            kv_dtype=dep.kv_dtype,
-            gpu_memory_utilization=dep.gpu_memory_utilization,
-        )
-        free = free_kv_gib(plain, runtime_gib, spec_tokens, cf)
+        free = profile_free_kv_gib(model, dep, spec_tokens, cf, runtime_gib)
     policy_args.update(lay.residency_args(model.block_tokens.gpu))
     facts = {
         "hisparse_block_bytes": lay.block_bytes,

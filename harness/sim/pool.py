@@ -17,6 +17,7 @@ __all__ = [
     "free_kv_gib",
     "kv_budget",
     "mtp_kv_gib",
+    "profile_free_kv_gib",
     "residency_pools",
     "served_bytes_scale",
     "token_bytes",
@@ -158,5 +159,17 @@ def kv_budget(
         return mtp_kv_gib(model, dtype, kv_override, spec, cf, tp)
     if runtime_gib is None:
         return None
-    plain = make_deployment(model, gpu=gpu, tp=tp, kv_dtype=dtype, gpu_memory_utilization=util)
-    return derived_kv_gib(plain, runtime_gib, spec, cf)
+    return derived_kv_gib(_plain(model, gpu, tp, dtype, util), runtime_gib, spec, cf)
+
+
+def profile_free_kv_gib(
+    model: ModelSpec, dep: Any, spec: int, cf: Any, runtime_gib: float
+) -> float:
+    """`free_kv_gib` for the GPU, TP, KV dtype and memory utilisation of deployment `dep`."""
+    plain = _plain(model, dep.gpu, dep.tp, dep.kv_dtype, dep.gpu_memory_utilization)
+    return free_kv_gib(plain, runtime_gib, spec, cf)
+
+
+def _plain(model: ModelSpec, gpu: str, tp: int, dtype: str, util: float) -> Any:
+    """The deployment vLLM's start-up profile sees: the model's weights on these GPUs."""
+    return make_deployment(model, gpu=gpu, tp=tp, kv_dtype=dtype, gpu_memory_utilization=util)
