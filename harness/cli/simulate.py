@@ -207,7 +207,18 @@ def calibrate(out: Path, max_evals: int, model: str, gpu: str, start: Path | Non
     "times and out-of-engine time), so the machine's load of the moment is not what is judged; "
     "fit: the fitted step cost throughout.",
 )
-def parity(fit_run: Path, real_run: Path, out: Path | None, run_id: str | None, pace: str) -> None:
+@click.option(
+    "--seeds",
+    type=click.IntRange(min=0),
+    default=16,
+    show_default=True,
+    help="Also replay the run this many times with each request's out-of-engine time drawn "
+    "around its mean, with the spread of the fit run's c1 latencies, and predict the "
+    "preemptions as the replays' mean (0: the one replay at the mean times).",
+)
+def parity(
+    fit_run: Path, real_run: Path, out: Path | None, run_id: str | None, pace: str, seeds: int
+) -> None:
     """Predict a real CPU run from a step cost fitted on another (CPU parity, issue 12).
 
     Prints the engine occupancy (the verdict's), the gauge's occupancy, waiting and
@@ -228,7 +239,7 @@ def parity(fit_run: Path, real_run: Path, out: Path | None, run_id: str | None, 
     )
 
     paced = pace == "point"
-    sim_dir = predict_run(fit_run, real_run, out or results_dir(), run_id, paced=paced)
+    sim_dir = predict_run(fit_run, real_run, out or results_dir(), run_id, paced=paced, seeds=seeds)
     rows = parity_rows(real_run, sim_dir)
     click.echo(format_rows(rows))
     if paced:

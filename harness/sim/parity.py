@@ -24,7 +24,8 @@ from __future__ import annotations
 import heapq
 import json
 import math
-from dataclasses import asdict, dataclass
+import random
+from dataclasses import asdict, dataclass, replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from harness.sim.client import Workload
 from harness.sim.cost import StepStats
 from harness.sim.engine import Engine
 from harness.sim.mtp import Mtp
+from harness.sim.parity_spread import draw_delay, overhead_spread_s
 from harness.sim.request import Request
 from harness.sim.residency import GpuResidency
 from harness.sim.scheduler import Scheduler
@@ -213,6 +215,7 @@ class CpuCost:
     overhead_per_parallel_s: float = 0.0  # more per extra client worker (one API server)
     resent_reply_tokens: float = 0.0  # a reply re-sent in the next turn is this much longer
     source: str = ""
+    overhead_sd_s: float = 0.0  # timing noise, drawn only by a seeded replay (parity_spread)
 
     def overhead_at(self, parallel: int) -> float:
         return self.overhead_s + self.overhead_per_parallel_s * max(parallel - 1, 0)
@@ -304,7 +307,7 @@ def fit_cpu_cost(run_dir: Path | str) -> tuple[CpuCost, list[PointDeltas]]:
         cost = cost_from_deltas(points, _resent_reply_excess(run, points), str(run.root))
     except ValueError as exc:
         raise RunError(f"{run.root}: {exc}") from None
-    return cost, points
+    return replace(cost, overhead_sd_s=overhead_spread_s(run)), points
 
 
 def cost_from_deltas(points: list[PointDeltas], resent: float, source: str) -> CpuCost:
@@ -469,9 +472,14 @@ class CpuEngine(Engine):
     gauges read the last step's stats snapshot (`StatsScheduler`)."""
 
     overhead_s = 0.0  # set per point (it grows with the client's parallelism)
+    overhead_sd_s = 0.0  # with `rng`: each request's out-of-engine time drawn (parity_spread)
+    rng: random.Random | None = None
 
     def receive(self, req: Request) -> None:
-        ready = req.arrival + self.overhead_s
+        delay = self.overhead_s
+        if self.rng is not None:
+            delay = draw_delay(self.rng, self.overhead_s, self.overhead_sd_s)
+        ready = req.arrival + delay
         heapq.heappush(self.pending, (ready, req.rid, req))
 
     def admit_ready(self) -> None:

@@ -10,6 +10,7 @@ preemptions, with the capacity model's static limit for the longest request of t
 from __future__ import annotations
 
 import hashlib
+import random
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -59,11 +60,13 @@ def simulate_like(
     cost: CpuCost,
     paces: dict[str, Pace] | None = None,
     workloads: dict[str, Workload] | None = None,
+    seed: int | None = None,
 ) -> tuple[Any, list[tuple[PointRecord, list]], dict[str, RequestTimes]]:
     """Simulate `real_run`'s profile and sweep with `cost`, or per point with its `paces` and
     `workloads` (harness.sim.parity_pace; a point without them runs at `cost` on the dataset's
     templated counts): (manifest, setup, workload), [(record, samples)], {point id: the
-    simulated request times}."""
+    simulated request times}. With a `seed`, each request's out-of-engine time is drawn with
+    the cost's `overhead_sd_s` (harness.sim.parity_spread), else it is the mean."""
     run = load_run(real_run)
     man = run.manifest
     if man.simulated:
@@ -78,6 +81,8 @@ def simulate_like(
     turns = min(workload.num_turns, sweep.get("max_turns") or workload.num_turns)
     engine = setup.build()
     assert isinstance(engine, CpuEngine) and isinstance(engine.scheduler, StatsScheduler)
+    if seed is not None:
+        engine.rng, engine.overhead_sd_s = random.Random(seed), cost.overhead_sd_s
     planned = plan_points(
         [tuple(p) for p in sweep["points"]],
         dataset_offset=sweep["dataset_offset"],
@@ -112,17 +117,36 @@ def simulate_like(
 
 def paced_simulation(
     real_run: Path | str, cost: CpuCost
-) -> tuple[Any, list[tuple[PointRecord, list]], dict[str, Pace], float]:
+) -> tuple[Any, list[tuple[PointRecord, list]], dict[str, Pace], float, dict[str, Workload]]:
     """Simulate `real_run` with every valid point at its own measured pace (fixed point of
     `parity_pace.next_paces`) and with its requests' served prompt lengths: (simulate_like's
-    first two, the paces, the last change)."""
+    first two, the paces, the last change, the per-point workloads)."""
     run = load_run(real_run)
     workloads = recorded_workloads(run.root, recorded_workload(run))
     paces, change = solve_paces(
         measured_targets(real_run), lambda p: simulate_like(real_run, cost, p, workloads)[2]
     )
     info, results, _ = simulate_like(real_run, cost, paces, workloads)
-    return info, results, paces, change
+    return info, results, paces, change, workloads
+
+
+def attach_ensemble(
+    results: list[tuple[PointRecord, list]],
+    replays: list[list[tuple[PointRecord, list]]],
+    overhead_sd_s: float,
+) -> None:
+    """Record in each point's `fidelity.ensemble` its seeded replays' preemption counts and
+    engine occupancies (harness.sim.parity_spread), in seed order."""
+    for index, (record, _) in enumerate(results):
+        points = [replay[index][0] for replay in replays]
+        if any(p.point_id != record.point_id for p in points):
+            raise RunError(f"point {record.point_id}: a seeded replay planned other points")
+        record.fidelity["ensemble"] = {
+            "seeds": len(points),
+            "overhead_sd_s": overhead_sd_s,
+            "preemptions": [int(p.metrics.get("preemptions") or 0) for p in points],
+            "engine_occupancy": [p.metrics.get("engine_occupancy") for p in points],
+        }
 
 
 def predict_run(
@@ -132,10 +156,12 @@ def predict_run(
     run_id: str | None = None,
     *,
     paced: bool = False,
+    seeds: int = 0,
 ) -> Path:
     """Fit on `fit_run`, simulate `real_run`'s sweep; write and return the simulated run dir.
     `paced`: every valid point at its own measured pace (harness.sim.parity_pace), else the
-    fit's step cost and out-of-engine line throughout."""
+    fit's step cost and out-of-engine line throughout. `seeds` > 0: also replay it that many
+    times with drawn out-of-engine times (`attach_ensemble`)."""
     real_root = Path(real_run).resolve()
     # a run id of 125+ characters makes a default that is no name (harness/names.py)
     rid = run_id or check_name(
@@ -152,12 +178,19 @@ def predict_run(
         "kind": "cpu-parity-fit",
         "params": asdict(cost),
     }
+    paces: dict[str, Pace] | None = None
+    workloads: dict[str, Workload] | None = None
     if paced:
-        (man, setup, workload), results, paces, change = paced_simulation(real_run, cost)
+        (man, setup, workload), results, paces, change, workloads = paced_simulation(real_run, cost)
         fit["paces"] = {pid: asdict(p) for pid, p in paces.items()}
         fit["pace_last_change"] = change
     else:
         (man, setup, workload), results, _ = simulate_like(real_run, cost)
+    if seeds > 0:
+        replays = [
+            simulate_like(real_run, cost, paces, workloads, seed=seed)[1] for seed in range(seeds)
+        ]
+        attach_ensemble(results, replays, cost.overhead_sd_s)
     layout = RunLayout(run_dir)
     run_dir.mkdir(parents=True)
     digest = hashlib.sha256(repr(workload.turns).encode()).hexdigest()
@@ -207,6 +240,15 @@ class ParityRow:
     static_limit: int | None
     measured: dict[str, float | None]
     predicted: dict[str, float | None]
+    preemption_draws: tuple[int, ...] = ()  # the seeded replays' counts (parity_spread)
+
+    @property
+    def preemptions_predicted(self) -> float | None:
+        """The ensemble's mean count where the prediction has one (a single replay's 0 or 1
+        is one draw of which turns overlap), else the replay's count."""
+        if self.preemption_draws:
+            return sum(self.preemption_draws) / len(self.preemption_draws)
+        return self.predicted.get("preemptions")
 
     @property
     def occupancy_key(self) -> str:
@@ -320,6 +362,7 @@ def parity_rows(real_run: Path | str, sim_run: Path | str) -> list[ParityRow]:
             limit,
             _measures(real, point),
             _measures(sim, by_id[point.point_id]),
+            tuple(by_id[point.point_id].fidelity.get("ensemble", {}).get("preemptions", ())),
         )
         for point in real.points
         if point.point_id in by_id
@@ -343,9 +386,17 @@ def format_rows(rows: list[ParityRow]) -> str:
             f"{r.point_id:<15}{_f(r.static_limit, 'd'):>6}  {engine:<28}{gauge:<21}"
             f"{_f(m['waiting_busy_mean'])}/{_f(p['waiting_busy_mean']):<19}"
             f"{_f(m['waiting_max'], '.0f')}/{_f(p['waiting_max'], '.0f'):<11}"
-            f"{_f(m['preemptions'], '.0f')}/{_f(p['preemptions'], '.0f')}"
+            f"{_f(m['preemptions'], '.0f')}/{_preempt(r)}"
         )
     return "\n".join(lines)
+
+
+def _preempt(row: ParityRow) -> str:
+    """The replay's count, or the ensemble's mean and range."""
+    draws = row.preemption_draws
+    if not draws:
+        return _f(row.predicted.get("preemptions"), ".0f")
+    return f"{sum(draws) / len(draws):.2f} [{min(draws)}-{max(draws)}]"
 
 
 def _f(value: float | None, spec: str = ".2f") -> str:
@@ -375,7 +426,11 @@ def target_misses(
         err, key = r.occupancy_error, r.occupancy_key
         if err is None or abs(err) > occupancy_tolerance:
             misses.append(f"{r.label}: {key} {r.predicted.get(key)} vs {r.measured.get(key)}")
-        for key in ("waiting_busy_mean", "waiting_max", "preemptions"):
+        for key in ("waiting_busy_mean", "waiting_max"):
             if not same_order(r.predicted.get(key), r.measured.get(key)):
                 misses.append(f"{r.label}: {key} {r.predicted.get(key)} vs {r.measured.get(key)}")
+        if not same_order(r.preemptions_predicted, r.measured.get("preemptions")):
+            misses.append(
+                f"{r.label}: preemptions {r.preemptions_predicted} vs {r.measured.get('preemptions')}"
+            )
     return misses

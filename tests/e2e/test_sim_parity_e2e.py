@@ -86,6 +86,13 @@ def test_simulator_predicts_the_pressured_cpu_server(server_factory, tmp_path):
     assert [p.parent.name for p in first_points] == [p.parent.name for p in second_points]
     for a, b in zip(first_points, second_points, strict=True):
         assert _metrics(a) == _metrics(b)
+        ensemble = json.loads(a.read_text())["fidelity"]["ensemble"]
+        assert ensemble == json.loads(b.read_text())["fidelity"]["ensemble"]
+    # The CLI's default ensemble: 16 seeded replays, drawing with the spread of the base run's
+    # c1 latencies (two conversations per turn there), and the preemptions are their mean.
+    assert ensemble["seeds"] == 16 and ensemble["overhead_sd_s"] == cost.overhead_sd_s > 0
+    assert len(rows[0].preemption_draws) == 16
+    assert rows[0].preemptions_predicted == sum(ensemble["preemptions"]) / 16
 
     page = write_report([pressured], predicted=[sim_dir], out=tmp_path / "r.html")
     html = page.read_text(encoding="utf-8")
