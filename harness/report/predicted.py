@@ -25,7 +25,7 @@ COLUMNS = (
     ("engine_occupancy", "engine occupancy", ".2f"),
     ("waiting_mean", "waiting mean", ".2f"),
     ("waiting_max", "waiting max", ".0f"),
-    ("preemptions", "preemptions", ".0f"),
+    ("preemptions", "preemptions", ".3g"),
     ("interactivity", "interactivity", ".1f"),
     ("throughput_per_gpu", "tok/s per GPU", ".0f"),
 )
@@ -85,7 +85,7 @@ def predicted_table(real: Run, sim: Run) -> dict[str, Any]:
     for meas, pred in pairs:
         cells = []
         for key, _, spec in COLUMNS:
-            p, m = pred.metrics.get(key), meas.metrics.get(key)
+            p, m = predicted_value(pred, key), meas.metrics.get(key)
             band = interval_of(pred, key)
             shown = _fmt(p, spec) + (
                 f" ({_fmt(band[0], spec)}–{_fmt(band[1], spec)})" if band else ""
@@ -105,6 +105,16 @@ def predicted_table(real: Run, sim: Run) -> dict[str, Any]:
     }
 
 
+def predicted_value(pred: PointRecord, key: str) -> Any:
+    """The simulated point's value; for preemptions the mean of its seeded replays where it has
+    them (a CPU parity prediction, harness/sim/parity_spread.py)."""
+    if key == "preemptions":
+        mean = (pred.fidelity.get("ensemble") or {}).get("preemptions_mean")
+        if isinstance(mean, int | float):
+            return mean
+    return pred.metrics.get(key)
+
+
 def coverage(pairs: Sequence[tuple[PointRecord, PointRecord]]) -> list[str]:
     """Per metric with intervals: how many measured values fall inside the simulated point's
     80 % interval, and the intervals' median half-width (relative to the prediction)."""
@@ -112,7 +122,7 @@ def coverage(pairs: Sequence[tuple[PointRecord, PointRecord]]) -> list[str]:
     for key, label, _ in COLUMNS:
         inside, widths = 0, []
         for meas, pred in pairs:
-            band, p, m = interval_of(pred, key), pred.metrics.get(key), meas.metrics.get(key)
+            band, p, m = interval_of(pred, key), predicted_value(pred, key), meas.metrics.get(key)
             if band is None or not isinstance(p, int | float) or not isinstance(m, int | float):
                 continue
             inside += band[0] <= m <= band[1]

@@ -141,12 +141,18 @@ def attach_ensemble(
         points = [replay[index][0] for replay in replays]
         if any(p.point_id != record.point_id for p in points):
             raise RunError(f"point {record.point_id}: a seeded replay planned other points")
+        counts = [int(p.metrics.get("preemptions") or 0) for p in points]
         record.fidelity["ensemble"] = {
             "seeds": len(points),
             "overhead_sd_s": overhead_sd_s,
-            "preemptions": [int(p.metrics.get("preemptions") or 0) for p in points],
+            "preemptions": counts,
+            "preemptions_mean": sum(counts) / len(counts),
             "engine_occupancy": [p.metrics.get("engine_occupancy") for p in points],
         }
+        # the central 80 % of the counts (nearest rank), for the report's interval column
+        ranked = sorted(counts)
+        band = [ranked[int(0.1 * (len(ranked) - 1))], ranked[-1 - int(0.1 * (len(ranked) - 1))]]
+        record.fidelity.setdefault("interval80", {})["preemptions"] = band
 
 
 def predict_run(

@@ -108,3 +108,19 @@ def test_predicted_must_be_a_simulation_of_a_real_run_with_common_points(pair, t
     _as_sim(other, CPU_SETUP)
     with pytest.raises(RunError, match="no point in common"):
         predicted_table(load_run(real), load_run(other))
+
+
+def test_preemptions_are_the_seeded_replays_mean_with_their_central_80_percent(pair):
+    real, sim = pair
+    point_json = next(sim.glob("points/p004*/point.json"))
+    data = json.loads(point_json.read_text())
+    data["fidelity"] = {
+        "ensemble": {"seeds": 4, "preemptions": [0, 1, 1, 0], "preemptions_mean": 0.5},
+        "interval80": {"preemptions": [0, 1]},
+    }
+    point_json.write_text(json.dumps(data))
+    table = predicted_table(load_run(real), load_run(sim))
+    pre = table["rows"][0]["cells"][table["columns"].index("preemptions")]
+    # the replay at the mean times counted 0; the replays' mean is 0.5, measured 1
+    assert pre == {"predicted": "0.5 (0–1)", "measured": "1", "error": "-50%"}
+    assert "preemptions: 1 of 1 measured inside the 80 % interval" in " ".join(table["coverage"])
