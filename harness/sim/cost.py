@@ -307,8 +307,16 @@ class Roofline:
 
     def step_time(self, s: StepStats) -> float:
         miss = s.offloaded_rows * self.miss_rate * self.row_bytes * self.host_bytes_scale
-        transfer = miss / self.pcie_bytes_per_s() + self.staging_time(s.staged_rows)
-        return self.step_overhead_ms / 1000.0 + self.forward_time(s) + self.draft_time(s) + transfer
+        compute = self.forward_time(s) + self.draft_time(s)
+        work = overlapped(compute, miss / self.pcie_bytes_per_s(), self.exposed_copy_share)
+        return self.step_overhead_ms / 1000.0 + work + self.staging_time(s.staged_rows)
+
+    @property
+    def exposed_copy_share(self) -> float:
+        """The share of the smaller of compute and miss copies that the pipeline leaves exposed:
+        one index-share unit (an indexer layer and the layers reading its top-K) in
+        `indexer_layers` exposes one layer's copy (or compute) of its members."""
+        return min(1.0, self.indexer_layers / self.num_layers)
 
     def fitted(self) -> dict[str, float]:
         return {
@@ -316,6 +324,16 @@ class Roofline:
             for f in fields(self)
             if f.name in FIT_PARAMS and getattr(self, f.name) is not None
         }
+
+
+def overlapped(compute: float, copy: float, exposed_share: float) -> float:
+    """A decode step's compute with its host-row copies running beside it, as vLLM 0.32.0's
+    HiSparse runtime runs them (`v1/hisparse/runtime.py` swap_in): per index-share unit, the
+    leader stages every member layer's missing rows on a copy stream as soon as the unit's
+    top-K is ready, and each layer's attention waits only for its own rows. A unit of n layers,
+    with per-layer copy c and compute p, takes c + (n - 1) max(c, p) + p; summed over the units,
+    max(C, T) + min(C, T) x units / layers."""
+    return max(compute, copy) + min(compute, copy) * exposed_share
 
 
 TABLE_FEATURES = ("decode_reqs", "decode_tokens", "prefill_tokens", "indexer_rows")

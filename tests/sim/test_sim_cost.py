@@ -150,3 +150,31 @@ def test_top_k_rows_are_gathers_at_their_own_bandwidth():
     slow = _roofline(gather_eff=0.2)
     assert slow._layers(500, 0, 0, 0)[2] == pytest.approx(100 * touched * US)
     assert FIT_PARAMS["gather_eff"] == (0.2, 0.9)
+
+
+def test_miss_copies_run_beside_the_compute_and_only_one_layer_per_unit_waits():
+    # 2 layers, 1 index-share unit (the test model): exposed share 1/2. A decode step at batch
+    # 1 is 7 groups x 10 us = 70 us of compute.
+    rf = _roofline(miss_rate=0.5)
+    assert rf.exposed_copy_share == 0.5
+    compute = rf.step_time(_decode(1, 1))
+    assert compute == pytest.approx(70 * US)
+    # 2,048 offloaded rows x 0.5 missing x 1,000 B x 1.25 = 1.28 MB over 32 GB/s = 40 us of
+    # copies, under the compute: 70 + 40 / 2 (the unit's first layer waits for its rows)
+    s = StepStats(decode_reqs=1, decode_tokens=1, offloaded_rows=2048)
+    assert rf.step_time(s) == pytest.approx(90 * US)
+    # 8,192 rows: 160 us of copies, over the compute: 160 + 70 / 2
+    s = StepStats(decode_reqs=1, decode_tokens=1, offloaded_rows=8192)
+    assert rf.step_time(s) == pytest.approx(195 * US)
+
+
+def test_overlap_sums_unit_by_unit_pipelines():
+    # A unit of n layers with per-layer copy c and compute p takes c + (n - 1) max(c, p) + p;
+    # 21 units over 78 layers (GLM-5.3), summed, equal the closed form.
+    from harness.sim.cost import overlapped
+
+    for c, p in ((1.0, 3.0), (3.0, 1.0), (2.0, 2.0)):
+        sizes = [4] * 15 + [3] * 6  # 78 layers in 21 units
+        piped = sum(c + (n - 1) * max(c, p) + p for n in sizes)
+        assert overlapped(78 * p, 78 * c, 21 / 78) == pytest.approx(piped)
+    assert overlapped(5.0, 0.0, 0.3) == 5.0
