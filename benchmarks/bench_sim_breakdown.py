@@ -62,8 +62,9 @@ def terms(rf: Roofline, s: StepStats) -> dict[str, float]:
         out["allreduce"] = rf.num_layers * 2 * rf._allreduce(tokens)
         out["head"] = rf._head(s.decode_tokens + (1 if s.prefill_tokens else 0))
     out["draft"] = rf.draft_time(s)
-    miss = s.offloaded_rows * rf.miss_rate * rf.row_bytes * rf.host_bytes_scale
-    out["pcie"] = miss / rf.pcie_bytes_per_s() + rf.staging_time(s.staged_rows)
+    # the copies' share is what they add to the step: misses run beside the compute and only
+    # their exposed part counts (harness/sim/cost.py `overlapped`), a prefill's staging whole
+    out["pcie"] = rf.step_time(s) - sum(out.values())
     return out
 
 

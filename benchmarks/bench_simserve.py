@@ -7,6 +7,7 @@ band, so it is measured here and not asserted in the gating tests).
 
 Run: PYTHONPATH=$PWD /work/main/.venv/bin/python benchmarks/bench_simserve.py \
         [--profile hisparse384] [--time-scale K] [--points c1,c8,...] [--dataset D] [--set K=V]
+        [--keep DIR]
 The blog's 30 s scrape leaves 2-9 samples per point, so occupancy is a mean of very few samples;
 `--set sweep.scrape_interval_s=5` compares the two paths with enough samples to mean something.
 (default dataset: the blog-shaped openhands-offline recipe, built on first use).
@@ -113,12 +114,16 @@ def main() -> None:
         default=[],
         help="profile override for both runs, e.g. sweep.scrape_interval_s=5",
     )
+    ap.add_argument(
+        "--keep", type=Path, help="write both runs under this directory (default: a temporary one)"
+    )
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    points = [args.points] if args.points else None
     with tempfile.TemporaryDirectory(prefix="bench-simserve-") as tmp:
-        points = [args.points] if args.points else None
+        out = args.keep or Path(tmp)
         rows = compare(
-            args.profile, args.time_scale, points, args.dataset, Path(tmp), tuple(args.overrides)
+            args.profile, args.time_scale, points, args.dataset, out, tuple(args.overrides)
         )
         show(rows)
 
