@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import math
 import random
-from collections import Counter
 from itertools import accumulate
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from harness.analysis.request_table import TABLE_NAME, read_table
@@ -64,18 +64,13 @@ def draw_delay(rng: random.Random, mean: float, sd: float) -> float:
 def total_distribution(per_repeat: list[list[int]]) -> list[float]:
     """P(total = k) for the sum over repeats of one draw from each repeat's ensemble (each an
     empirical distribution of its seeds' counts, the repeats independent)."""
-    total = [1.0]
+    total = np.ones(1)
     for draws in per_repeat:
         if not draws:
             raise ValueError("a repeat without ensemble draws")
-        counts = Counter(draws)
-        pmf = [counts.get(k, 0) / len(draws) for k in range(max(counts) + 1)]
-        out = [0.0] * (len(total) + len(pmf) - 1)
-        for i, a in enumerate(total):
-            for j, b in enumerate(pmf):
-                out[i + j] += a * b
-        total = out
-    return total
+        pmf = np.bincount(np.asarray(draws, dtype=int)) / len(draws)
+        total = np.convolve(total, pmf)
+    return [float(p) for p in total]
 
 
 def total_interval(per_repeat: list[list[int]], level: float = 0.8) -> tuple[int, int]:
