@@ -155,12 +155,15 @@ def client_in_flight_mean(requests: Sequence[RequestRecord]) -> float | None:
     return sum(e - s for s, e in spans) / (end - begin)
 
 
-def request_span_s(requests: Sequence[RequestRecord], client: ClientSummary | None) -> float | None:
-    """From the first request's start to the last one's end; the client's duration without
-    request records."""
+def request_span_s(
+    requests: Sequence[RequestRecord], client: ClientSummary | None, time_scale: float = 1.0
+) -> float | None:
+    """From the first request's start to the last one's end, x `time_scale` (request records
+    keep the client's wall clock; the server's histograms run K x faster on the simulated
+    engine); the client's duration (already scaled) without request records."""
     spans = [(r.start, r.end) for r in requests if r.end is not None and r.end >= r.start]
     if spans:
-        return max(e for _, e in spans) - min(s for s, _ in spans)
+        return (max(e for _, e in spans) - min(s for s, _ in spans)) * time_scale
     return client.duration_s if client is not None else None
 
 
@@ -237,7 +240,8 @@ def derive_point_metrics(measured: Measurement, *, parallel: int, gpus: int) -> 
     m["spec_acceptance_rate"] = _ratio(accepted, draft_tokens)
 
     engine_s = delta(mn.hist_sum(mn.REQUEST_INFERENCE_TIME_SECONDS))
-    m["engine_occupancy"] = _ratio(engine_s, request_span_s(requests, measured.client))
+    span = request_span_s(requests, measured.client, measured.time_scale)
+    m["engine_occupancy"] = _ratio(engine_s, span)
 
     m["preemptions"] = delta(mn.NUM_PREEMPTIONS)
     m["prefix_cache_hit_rate"] = _ratio(delta(mn.PREFIX_CACHE_HITS), delta(mn.PREFIX_CACHE_QUERIES))

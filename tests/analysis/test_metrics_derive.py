@@ -134,6 +134,11 @@ def test_engine_occupancy_is_inference_time_over_the_span_of_the_requests():
     out = derive_point_metrics(measured, parallel=4, gpus=1).metrics
     assert out["engine_occupancy"] == pytest.approx((5 + 3) / 4)
     assert out["occupancy"] == 1.0
+    # The simulated engine at time scale K = 2: its histograms count virtual seconds, the
+    # request records the client's wall clock, so the 4 s span is 8 engine seconds.
+    scaled = Measurement("EvalScope", samples=tuple(samples), requests=reqs, time_scale=2.0)
+    out = derive_point_metrics(scaled, parallel=4, gpus=1).metrics
+    assert out["engine_occupancy"] == pytest.approx((5 + 3) / 8)
     # Without request records the client's duration is the span; without the histogram, null.
     summary = parse_summary(SUMMARY_17)  # Test Duration 10 s
     assert derive(samples, client=summary, parallel=4, gpus=1).metrics[
