@@ -307,9 +307,18 @@ class Roofline:
 
     def step_time(self, s: StepStats) -> float:
         miss = s.offloaded_rows * self.miss_rate * self.row_bytes * self.host_bytes_scale
-        compute = self.forward_time(s) + self.draft_time(s)
-        work = overlapped(compute, miss / self.pcie_bytes_per_s(), self.exposed_copy_share)
-        return self.step_overhead_ms / 1000.0 + work + self.staging_time(s.staged_rows)
+        copy = miss / self.pcie_bytes_per_s()
+        overhead = self.step_overhead_ms / 1000.0
+        # vLLM 0.32.0 prefetches a unit's copies only for a batch of single-token decodes
+        # (`v1/hisparse/runtime.py` is_hisparse_decode_batch); an MTP verify (several query
+        # tokens per request) or a step with a prefill chunk stages each layer after the
+        # compute before it, so its copies add up.
+        if copy and s.prefill_tokens == 0 and s.decode_tokens == s.decode_reqs:
+            compute = self.forward_time(s) + self.draft_time(s)
+            work = overlapped(compute, copy, self.exposed_copy_share)
+            return overhead + work + self.staging_time(s.staged_rows)
+        transfer = copy + self.staging_time(s.staged_rows)
+        return overhead + self.forward_time(s) + self.draft_time(s) + transfer
 
     @property
     def exposed_copy_share(self) -> float:
@@ -327,8 +336,8 @@ class Roofline:
 
 
 def overlapped(compute: float, copy: float, exposed_share: float) -> float:
-    """A decode step's compute with its host-row copies running beside it, as vLLM 0.32.0's
-    HiSparse runtime runs them (`v1/hisparse/runtime.py` swap_in): per index-share unit, the
+    """A single-token decode step's compute with its host-row copies running beside it, as vLLM
+    0.32.0's HiSparse runtime runs them (`v1/hisparse/runtime.py` swap_in): per index-share unit, the
     leader stages every member layer's missing rows on a copy stream as soon as the unit's
     top-K is ready, and each layer's attention waits only for its own rows. A unit of n layers,
     with per-layer copy c and compute p, takes c + (n - 1) max(c, p) + p; summed over the units,

@@ -168,6 +168,19 @@ def test_miss_copies_run_beside_the_compute_and_only_one_layer_per_unit_waits():
     assert rf.step_time(s) == pytest.approx(195 * US)
 
 
+def test_an_mtp_verify_or_a_step_with_a_prefill_pays_its_copies_in_full():
+    # vLLM 0.32.0 prefetches only for single-token decodes: a 4-token verify (MTP3) or a step
+    # that carries a prefill chunk stages each layer's rows after the compute before it.
+    rf = _roofline(miss_rate=0.5)
+    verify = StepStats(decode_reqs=1, decode_tokens=4)
+    copies = 2048 * 0.5 * 1000 * 1.25 / 32e9  # 40 us
+    s = StepStats(decode_reqs=1, decode_tokens=4, offloaded_rows=2048)
+    assert rf.step_time(s) == pytest.approx(rf.step_time(verify) + copies)
+    mixed = StepStats(decode_reqs=1, decode_tokens=1, prefill_tokens=100)
+    s = StepStats(decode_reqs=1, decode_tokens=1, prefill_tokens=100, offloaded_rows=2048)
+    assert rf.step_time(s) == pytest.approx(rf.step_time(mixed) + copies)
+
+
 def test_overlap_sums_unit_by_unit_pipelines():
     # A unit of n layers with per-layer copy c and compute p takes c + (n - 1) max(c, p) + p;
     # 21 units over 78 layers (GLM-5.3), summed, equal the closed form.
