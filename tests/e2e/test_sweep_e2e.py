@@ -72,7 +72,8 @@ def recompute(run_dir: Path, point, gpus: int) -> dict[str, float | None]:
         "waiting_max": float(waiting.max()),
         "kv_cache_usage_mean": float(kv.mean()),
         "kv_cache_usage_max": float(kv.max()),
-        "interactivity": 1000.0 / summary["TPOT (ms)"],
+        # a point whose every reply streamed as one chunk has a TPOT of 0: no interactivity
+        "interactivity": 1000.0 / summary["TPOT (ms)"] if summary["TPOT (ms)"] else None,
         "mean_tpot_ms": summary["TPOT (ms)"],
         "mean_ttft_ms": summary["TTFT (ms)"],
         "mean_itl_ms": summary["ITL (ms)"],
