@@ -41,6 +41,7 @@ from harness.sim.parity import (
     recorded_workload,
 )
 from harness.sim.parity_pace import Pace, measured_targets, recorded_workloads, solve_paces
+from harness.sim.parity_spread import total_interval
 from harness.sim.run import _record, simulated_manifest, write_simulated_run
 from harness.sim.run import measurement as measured_point
 
@@ -149,10 +150,8 @@ def attach_ensemble(
             "preemptions_mean": sum(counts) / len(counts),
             "engine_occupancy": [p.metrics.get("engine_occupancy") for p in points],
         }
-        # the central 80 % of the counts (nearest rank), for the report's interval column
-        ranked = sorted(counts)
-        band = [ranked[int(0.1 * (len(ranked) - 1))], ranked[-1 - int(0.1 * (len(ranked) - 1))]]
-        record.fidelity.setdefault("interval80", {})["preemptions"] = band
+        # the central 80 % of the counts, for the report's interval column
+        record.fidelity.setdefault("interval80", {})["preemptions"] = list(total_interval([counts]))
 
 
 def predict_run(
@@ -402,7 +401,7 @@ def _preempt(row: ParityRow) -> str:
     draws = row.preemption_draws
     if not draws:
         return _f(row.predicted.get("preemptions"), ".0f")
-    return f"{sum(draws) / len(draws):.2f} [{min(draws)}-{max(draws)}]"
+    return f"{_f(row.preemptions_predicted)} [{min(draws)}-{max(draws)}]"
 
 
 def _f(value: float | None, spec: str = ".2f") -> str:
