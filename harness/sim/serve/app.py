@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -335,6 +336,13 @@ def make_app(state: ServeState) -> web.Application:
 
     async def on_cleanup(app: web.Application) -> None:
         state.live.stop()
+        print(
+            f"sim serve: the engine fell {state.live.lag_s:.3f} virtual s behind the wall clock in "
+            f"total; arriving requests found it {state.live.behind_at_arrival_s:.3f} s behind, "
+            "summed",
+            file=sys.stderr,
+            flush=True,
+        )
         state.pool.shutdown(wait=False, cancel_futures=True)
         state.tokenize.shutdown()
 

@@ -53,6 +53,7 @@ class _EngineCollector(Collector):
             gauges = self.live.engine.gauges()
             counters = self.live.engine.counters()
             lag = self.live.lag_s
+            behind = self.live.behind_at_arrival_s
         for name, value in gauges.items():
             family = GaugeMetricFamily(name, HELP.get(name, name), labels=LABELS)
             family.add_metric(self.values, float(value))
@@ -75,6 +76,13 @@ class _EngineCollector(Collector):
         )
         lagged.add_metric(self.values, lag)
         yield lagged
+        late = CounterMetricFamily(
+            "repro:sim_arrival_lag_seconds",
+            "Virtual seconds the busy engine was behind the wall clock when requests arrived, summed",
+            labels=LABELS,
+        )
+        late.add_metric(self.values, behind)
+        yield late
 
 
 class SimMetrics:
