@@ -59,11 +59,38 @@ def test_block_hashes_chain_and_prefix_index():
     index = PrefixIndex()
     conv, matched = index.match(ha)
     assert matched == 0
-    index.store(ha)
-    assert index.match(hb) == (conv, 2)
+    index.store(ha, conv, prompt_blocks=2)  # a 2-block prompt and its reply
+    assert index.match(hb) == (conv, 2)  # re-sends the prompt, diverges after it: continues
+    assert index.match(ha[:3]) == (conv, 3)  # wholly stored: the conversation replayed
     other, matched = index.match(block_hashes(a + 1000, 64))
     assert other != conv and matched == 0
     assert index.match([])[1] == 0
+
+
+def test_conversations_sharing_a_system_prompt_stay_apart():
+    """Two conversations open with the same 3-block system prompt. Each later turn continues its
+    own history; a third conversation with that system prompt is a new one."""
+    system = np.arange(192, dtype=np.int32)
+
+    def history(user: int, blocks: int) -> list[bytes]:
+        ids = np.concatenate([system, np.full(64 * blocks, user, dtype=np.int32)])
+        return block_hashes(ids, 64)
+
+    index = PrefixIndex()
+    a1, b1 = history(1, 2), history(2, 2)  # turn 1 of A and of B: 5-block prompts
+    conv_a, hit = index.match(a1)
+    assert hit == 0
+    conv_b, hit = index.match(b1)
+    assert hit == 0 and conv_b != conv_a
+    index.store(history(1, 4), conv_a, prompt_blocks=5)  # prompt + a 2-block reply
+    index.store(history(2, 4), conv_b, prompt_blocks=5)
+    assert index.match(history(1, 6)) == (conv_a, 7)  # A's turn 2: all of A's history
+    assert index.match(history(2, 6)) == (conv_b, 7)
+    conv_c, hit = index.match(history(3, 2))
+    assert conv_c not in (conv_a, conv_b) and hit == 0  # shares 3 blocks only: a new one
+    # A's turn 3 after a template re-rendered A's first reply: it still covers A's first prompt
+    rerendered = list(history(1, 5)[:6]) + list(history(9, 8)[6:])
+    assert index.match(rerendered) == (conv_a, 6)
 
 
 def test_fault_fractions_are_exact_and_deterministic():

@@ -25,7 +25,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from harness.sim.engine import Engine
@@ -57,37 +57,66 @@ class Handle:
 @dataclass
 class _Conv:
     conv: int
-    hashes: list[bytes] = field(default_factory=list)
+    first_prompt_blocks: int | None = None  # full blocks of its shortest stored prompt
 
 
 class PrefixIndex:
-    """First-block hash -> conversation id, and that conversation's cached hash chain."""
+    """Every stored chain hash -> the conversation whose history holds it.
+
+    A chain hash names its whole prefix, so the blocks a prompt shares with what is stored are
+    the leading run of its hashes found here (found hashes are always a leading run: a stored
+    chain stores each of its prefixes). A prompt continues a conversation when it covers that
+    conversation's last prompt (the next turn re-sends it, with the reply and a new message) or
+    is itself wholly stored (a conversation replayed from its start). A prompt that shares only
+    a leading part, such as a system prompt common to many conversations, starts a conversation
+    of its own: the engine's caches are per conversation, so it gets no hit from the other one.
+    Keying conversations by their first block instead once merged every conversation with a
+    common system prompt into one, whose later turns then matched only that system prompt."""
 
     def __init__(self) -> None:
-        self._by_first: dict[bytes, _Conv] = {}
-        self._next = 0
+        self._owner: dict[bytes, _Conv] = {}
+        self._convs: dict[int, _Conv] = {}
+        self._anonymous = 0
+        self._next_id = 0
+
+    def _stored_run(self, hashes: list[bytes]) -> int:
+        lo, hi = 0, len(hashes)  # hashes[:lo] stored, hashes[hi:] not
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if hashes[mid] in self._owner:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _new(self) -> int:
+        entry = _Conv(self._next_id)
+        self._next_id += 1
+        self._convs[entry.conv] = entry
+        return entry.conv
 
     def match(self, hashes: list[bytes]) -> tuple[int, int]:
-        """(conversation id, leading blocks equal to its cached chain)."""
+        """(conversation id, leading blocks equal to its stored history)."""
         if not hashes:
-            self._next += 1
-            return -self._next, 0  # no full block: nothing to share
-        entry = self._by_first.get(hashes[0])
-        if entry is None:
-            entry = _Conv(len(self._by_first))
-            self._by_first[hashes[0]] = entry
-            return entry.conv, 0
-        n = 0
-        for a, b in zip(hashes, entry.hashes, strict=False):
-            if a != b:
-                break
-            n += 1
-        return entry.conv, n
+            self._anonymous += 1
+            return -self._anonymous, 0  # no full block: nothing to share
+        n = self._stored_run(hashes)
+        if n:
+            entry = self._owner[hashes[n - 1]]
+            first = entry.first_prompt_blocks or 0
+            # one block of slack: the generation prompt at its end may render differently
+            if n == len(hashes) or n >= first - 1:
+                return entry.conv, n
+        return self._new(), 0
 
-    def store(self, hashes: list[bytes]) -> None:
-        if hashes:
-            entry = self._by_first.setdefault(hashes[0], _Conv(len(self._by_first)))
-            entry.hashes = hashes
+    def store(self, hashes: list[bytes], conv: int, prompt_blocks: int) -> None:
+        """A finished request's history (prompt + reply, full blocks) under its conversation."""
+        # a request whose prompt had no full block is known from here on, under its own id
+        entry = self._convs.setdefault(conv, _Conv(conv))
+        for h in hashes:
+            self._owner[h] = entry
+        first = entry.first_prompt_blocks
+        entry.first_prompt_blocks = prompt_blocks if first is None else min(first, prompt_blocks)
 
 
 class LiveEngine:
@@ -303,4 +332,4 @@ class LiveEngine:
     def remember_output(self, h: Handle, output_hashes: list[bytes]) -> None:
         """The cached history of a finished request: its prompt + generated full blocks."""
         with self._wake:
-            self.prefix.store(output_hashes)
+            self.prefix.store(output_hashes, h.req.conv, len(h.prompt.block_hashes))
