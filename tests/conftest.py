@@ -163,3 +163,30 @@ def server_factory(cpu_build, tmp_path_factory: pytest.TempPathFactory) -> Itera
     yield factory
     for server in servers.values():
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def sim_http_server() -> Iterator[tuple[str, object]]:
+    """The simulated engine behind HTTP, in this process, on a free loopback port (one per module)."""
+    import asyncio
+    import threading
+
+    from aiohttp import web
+
+    from harness.sim.serve.app import make_app
+    from harness.sim.serve.server import ServeOptions, build_state
+
+    state = build_state(ServeOptions(profile="hisparse384", tokenizer="tiny:tokenizer"))
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(make_app(state))
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{port}", state
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
+    loop.run_until_complete(runner.cleanup())
+    loop.close()

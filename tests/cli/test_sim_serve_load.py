@@ -4,7 +4,6 @@ aborts it, and SIGTERM stops the server while a tokenization is still running.""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -19,31 +18,10 @@ from typing import Any
 
 import pytest
 import requests
-from aiohttp import web
 
-from harness.sim.serve.app import body_limit, make_app
-from harness.sim.serve.server import ServeOptions, build_state
+from harness.sim.serve.app import body_limit
 
 HANG_GUARD_S = 60.0  # only ends a test that would otherwise hang; never decides a verdict
-
-
-@pytest.fixture(scope="module")
-def sim_http_server() -> Iterator[tuple[str, Any]]:
-    """The simulated engine behind HTTP, in this process, on a free loopback port."""
-    state = build_state(ServeOptions(profile="hisparse384", tokenizer="tiny:tokenizer"))
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(make_app(state))
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{port}", state
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=10)
-    loop.run_until_complete(runner.cleanup())
-    loop.close()
 
 
 def _chat(content: str, **extra: Any) -> dict[str, Any]:
