@@ -167,6 +167,12 @@ def main() -> int:
     ap.add_argument("--servers", type=int, default=1, help="server lifetimes per pool")
     ap.add_argument("--port", type=int, help="the servers' port (default: the profile's)")
     ap.add_argument("--seeds", type=int, default=16, help="seeded replays per prediction")
+    ap.add_argument(
+        "--no-stalls",
+        dest="stalls",
+        action="store_false",
+        help="seeded replays without the points' shared pauses (harness/sim/parity_stalls.py)",
+    )
     ap.add_argument("--smoke", action="store_true")
     opts = ap.parse_args()
     pools = [int(p) for p in opts.pools.split(",")]
@@ -182,7 +188,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for real in runs:
             paced = predict_run(
-                base, real, Path(tmp) / "paced", run_id=real.name, paced=True, seeds=opts.seeds
+                base,
+                real,
+                Path(tmp) / "paced",
+                run_id=real.name,
+                paced=True,
+                seeds=opts.seeds,
+                stalls=opts.stalls,
             )
             fixed = predict_run(base, real, Path(tmp) / "base", run_id=real.name)
             paces += [f"  {real.name}{line[1:]}" for line in pace_lines(paced)]

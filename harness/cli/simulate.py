@@ -216,8 +216,22 @@ def calibrate(out: Path, max_evals: int, model: str, gpu: str, start: Path | Non
     "around its mean, with the spread of the fit run's c1 latencies, and predict the "
     "preemptions as the replays' mean (0: the one replay at the mean times).",
 )
+@click.option(
+    "--stalls/--no-stalls",
+    default=True,
+    show_default=True,
+    help="In the seeded replays, also draw the pauses every stream of a point saw at once "
+    "(measured per point from the client's inter-token gaps): a reply ending in one reaches "
+    "its client at its end, so the next turns are sent together.",
+)
 def parity(
-    fit_run: Path, real_run: Path, out: Path | None, run_id: str | None, pace: str, seeds: int
+    fit_run: Path,
+    real_run: Path,
+    out: Path | None,
+    run_id: str | None,
+    pace: str,
+    seeds: int,
+    stalls: bool,
 ) -> None:
     """Predict a real CPU run from a step cost fitted on another (CPU parity, issue 12).
 
@@ -239,7 +253,9 @@ def parity(
     )
 
     paced = pace == "point"
-    sim_dir = predict_run(fit_run, real_run, out or results_dir(), run_id, paced=paced, seeds=seeds)
+    sim_dir = predict_run(
+        fit_run, real_run, out or results_dir(), run_id, paced=paced, seeds=seeds, stalls=stalls
+    )
     rows = parity_rows(real_run, sim_dir)
     click.echo(format_rows(rows))
     if paced:

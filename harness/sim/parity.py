@@ -41,6 +41,7 @@ from harness.sim.cost import StepStats
 from harness.sim.engine import Engine
 from harness.sim.mtp import Mtp
 from harness.sim.parity_spread import draw_delay, overhead_spread_s
+from harness.sim.parity_stalls import StallWindows
 from harness.sim.request import Request
 from harness.sim.residency import GpuResidency
 from harness.sim.scheduler import Scheduler
@@ -474,13 +475,19 @@ class CpuEngine(Engine):
     overhead_s = 0.0  # set per point (it grows with the client's parallelism)
     overhead_sd_s = 0.0  # with `rng`: each request's out-of-engine time drawn (parity_spread)
     rng: random.Random | None = None
+    # with `rng`: the point's shared pauses (parity_stalls); a request sent in one is sent at
+    # its end, and its drawn out-of-engine time is shorter by the mean wait so the mean holds
+    stalls: StallWindows | None = None
+    stall_mean_wait_s = 0.0
 
     def receive(self, req: Request) -> None:
-        delay = self.overhead_s
+        delay, sent = self.overhead_s, req.arrival
         if self.rng is not None:
-            delay = draw_delay(self.rng, self.overhead_s, self.overhead_sd_s)
-        ready = req.arrival + delay
-        heapq.heappush(self.pending, (ready, req.rid, req))
+            if self.stalls is not None:
+                sent = self.stalls.release(req.arrival)
+            mean = max(0.0, self.overhead_s - self.stall_mean_wait_s)
+            delay = draw_delay(self.rng, mean, self.overhead_sd_s)
+        heapq.heappush(self.pending, (sent + delay, req.rid, req))
 
     def admit_ready(self) -> None:
         if isinstance(self.scheduler, StatsScheduler):

@@ -42,11 +42,13 @@ from harness.sim.parity import (
 )
 from harness.sim.parity_pace import Pace, measured_targets, recorded_workloads, solve_paces
 from harness.sim.parity_spread import total_interval
+from harness.sim.parity_stalls import SharedStalls, point_stalls
 from harness.sim.run import _record, simulated_manifest, write_simulated_run
 from harness.sim.run import measurement as measured_point
 
 # Targets of issue 12 (item 5): occupancy within 15 %; preemptions and waiting of the same order.
 OCCUPANCY_TOLERANCE = 0.15
+STALL_HORIZON_S = 600.0  # pauses are drawn this far past a point's start: longer than any CPU point
 
 
 def _resent(workload: Workload, extra: float) -> Workload:
@@ -62,12 +64,14 @@ def simulate_like(
     paces: dict[str, Pace] | None = None,
     workloads: dict[str, Workload] | None = None,
     seed: int | None = None,
+    stalls: dict[str, SharedStalls] | None = None,
 ) -> tuple[Any, list[tuple[PointRecord, list]], dict[str, RequestTimes]]:
     """Simulate `real_run`'s profile and sweep with `cost`, or per point with its `paces` and
     `workloads` (harness.sim.parity_pace; a point without them runs at `cost` on the dataset's
     templated counts): (manifest, setup, workload), [(record, samples)], {point id: the
     simulated request times}. With a `seed`, each request's out-of-engine time is drawn with
-    the cost's `overhead_sd_s` (harness.sim.parity_spread), else it is the mean."""
+    the cost's `overhead_sd_s` (harness.sim.parity_spread), else it is the mean; and with
+    `stalls` too, each point's shared pauses are drawn from its entry (harness.sim.parity_stalls)."""
     run = load_run(real_run)
     man = run.manifest
     if man.simulated:
@@ -95,6 +99,12 @@ def simulate_like(
         pace = (paces or {}).get(plan.point_id)
         engine.cost = pace.cost(cost) if pace else cost
         engine.overhead_s = pace.overhead_s if pace else cost.overhead_at(plan.parallel)
+        stall = (stalls or {}).get(plan.point_id) if seed is not None else None
+        engine.stalls = None
+        engine.stall_mean_wait_s = stall.mean_wait_s if stall else 0.0
+        if stall:  # drawn from its own stream, apart from the per-request draws
+            draws = random.Random(f"{seed}:{plan.point_id}")
+            engine.stalls = stall.windows(draws, engine.now, STALL_HORIZON_S)
         client = PointClient(
             (workloads or {}).get(plan.point_id, workload),
             plan.conversations,
@@ -135,9 +145,11 @@ def attach_ensemble(
     results: list[tuple[PointRecord, list]],
     replays: list[list[tuple[PointRecord, list]]],
     overhead_sd_s: float,
+    stalls: dict[str, SharedStalls] | None = None,
 ) -> None:
     """Record in each point's `fidelity.ensemble` its seeded replays' preemption counts and
-    engine occupancies (harness.sim.parity_spread), in seed order."""
+    engine occupancies (harness.sim.parity_spread), in seed order, and the shared pauses they
+    drew from (harness.sim.parity_stalls)."""
     for index, (record, _) in enumerate(results):
         points = [replay[index][0] for replay in replays]
         if any(p.point_id != record.point_id for p in points):
@@ -150,6 +162,16 @@ def attach_ensemble(
             "preemptions_mean": sum(counts) / len(counts),
             "engine_occupancy": [p.metrics.get("engine_occupancy") for p in points],
         }
+        stall = (stalls or {}).get(record.point_id)
+        if stall is not None:
+            record.fidelity["ensemble"]["stalls"] = {
+                "rate_per_s": stall.rate_per_s,
+                "measured": len(stall.durations_s),
+                "mean_duration_s": (
+                    sum(stall.durations_s) / len(stall.durations_s) if stall.durations_s else 0.0
+                ),
+                "mean_wait_s": stall.mean_wait_s,
+            }
         # the central 80 % of the counts, for the report's interval column
         record.fidelity.setdefault("interval80", {})["preemptions"] = list(total_interval([counts]))
 
@@ -162,11 +184,13 @@ def predict_run(
     *,
     paced: bool = False,
     seeds: int = 0,
+    stalls: bool = True,
 ) -> Path:
     """Fit on `fit_run`, simulate `real_run`'s sweep; write and return the simulated run dir.
     `paced`: every valid point at its own measured pace (harness.sim.parity_pace), else the
     fit's step cost and out-of-engine line throughout. `seeds` > 0: also replay it that many
-    times with drawn out-of-engine times (`attach_ensemble`)."""
+    times with drawn out-of-engine times (`attach_ensemble`), and with `stalls` each point's
+    shared pauses drawn as measured (harness.sim.parity_stalls)."""
     real_root = Path(real_run).resolve()
     # a run id of 125+ characters makes a default that is no name (harness/names.py)
     rid = run_id or check_name(
@@ -192,10 +216,12 @@ def predict_run(
     else:
         (man, setup, workload), results, _ = simulate_like(real_run, cost)
     if seeds > 0:
+        pauses = point_stalls(load_run(real_run)) if stalls else {}
         replays = [
-            simulate_like(real_run, cost, paces, workloads, seed=seed)[1] for seed in range(seeds)
+            simulate_like(real_run, cost, paces, workloads, seed=seed, stalls=pauses)[1]
+            for seed in range(seeds)
         ]
-        attach_ensemble(results, replays, cost.overhead_sd_s)
+        attach_ensemble(results, replays, cost.overhead_sd_s, pauses)
     layout = RunLayout(run_dir)
     run_dir.mkdir(parents=True)
     digest = hashlib.sha256(repr(workload.turns).encode()).hexdigest()

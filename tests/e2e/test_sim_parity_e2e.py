@@ -91,6 +91,10 @@ def test_simulator_predicts_the_pressured_cpu_server(server_factory, tmp_path):
     # The CLI's default ensemble: 16 seeded replays, drawing with the spread of the base run's
     # c1 latencies (two conversations per turn there), and the preemptions are their mean.
     assert ensemble["seeds"] == 16 and ensemble["overhead_sd_s"] == cost.overhead_sd_s > 0
+    # and the point's shared pauses, measured from its client's inter-token gaps
+    stalls = ensemble["stalls"]
+    assert stalls["rate_per_s"] >= 0 and stalls["measured"] >= 0
+    assert (stalls["rate_per_s"] > 0) == (stalls["measured"] > 0) == (stalls["mean_wait_s"] > 0)
     assert len(rows[0].preemption_draws) == 16
     assert rows[0].preemptions_predicted == sum(ensemble["preemptions"]) / 16
 
