@@ -4,8 +4,7 @@ wall-clock stall, on a fake clock, and the prefix hits of a preempted request.
 A stall of the server's engine thread (the interpreter busy elsewhere, the machine loaded) puts
 the engine behind the wall clock. A request that arrives then must wait in the engine's arrival
 queue until the engine's clock reaches it; the engine once jumped its clock to the wall instead,
-which gave every running request an idle gap no engine has (docs/simulator.md §8: at c32 of the
-blog's sweep the HTTP point ran 13 % longer than offline)."""
+which gave every running request an idle gap no engine has."""
 
 from __future__ import annotations
 

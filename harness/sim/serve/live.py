@@ -8,12 +8,12 @@ keep up (a step's end is already past on the wall clock) it does not sleep; the 
 (`lag_s`), because the client then sees times stretched by it. A request is stamped with the
 virtual instant it was received; one that arrives while the engine is behind waits in the
 engine's arrival queue until the engine's clock reaches its stamp. The clock never jumps ahead
-to the wall while requests are running: that would hand them an idle gap no engine has (at c32
-of the blog's sweep such jumps had lengthened the point by 13 %).
+to the wall while requests are running, which would hand them an idle gap no engine has.
 
 Prefix identity: each request's prompt is matched against the full-block hash chains of earlier
-requests (prompt + generated tokens, as vLLM caches them); the conversation a first block
-belongs to is the engine's prefix-cache key, and the matched block count caps the engine's hit.
+requests (prompt + generated tokens, as vLLM caches them) in `PrefixIndex`, which names the
+conversation it continues (the engine's prefix-cache key); the matched block count, or the
+blocks a preempted request computed itself, caps the engine's hit.
 """
 
 from __future__ import annotations
@@ -66,10 +66,11 @@ class PrefixIndex:
     A chain hash names its whole prefix, so the blocks a prompt shares with what is stored are
     the leading run of its hashes found here (found hashes are always a leading run: a stored
     chain stores each of its prefixes). A prompt continues a conversation when it covers that
-    conversation's last prompt (the next turn re-sends it, with the reply and a new message) or
-    is itself wholly stored (a conversation replayed from its start). A prompt that shares only
-    a leading part, such as a system prompt common to many conversations, starts a conversation
-    of its own: the engine's caches are per conversation, so it gets no hit from the other one.
+    conversation's first prompt (every later turn re-sends it; a template that re-renders earlier
+    replies differently diverges only after it) or is itself wholly stored (a conversation
+    replayed from its start). A prompt that shares less, such as a system prompt common to many
+    conversations, starts a conversation of its own: the engine's caches are per conversation,
+    so it gets no hit from the other one.
     Keying conversations by their first block instead once merged every conversation with a
     common system prompt into one, whose later turns then matched only that system prompt."""
 
