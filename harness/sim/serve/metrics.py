@@ -42,6 +42,12 @@ HELP = {
 }
 
 
+LAG_HELP = "Virtual seconds the simulated engine fell behind the wall clock x time scale"
+ARRIVAL_LAG_HELP = (
+    "Virtual seconds the busy engine was behind the wall clock when requests arrived, summed"
+)
+
+
 class _EngineCollector(Collector):
     def __init__(self, live: LiveEngine, labels: dict[str, str], extra: dict[str, str]) -> None:
         self.live = live
@@ -69,20 +75,13 @@ class _EngineCollector(Collector):
         )
         info.add_metric(list(self.extra.values()), 1.0)
         yield info
-        lagged = CounterMetricFamily(
-            "repro:sim_lag_seconds",
-            "Virtual seconds the simulated engine fell behind the wall clock x time scale",
-            labels=LABELS,
-        )
-        lagged.add_metric(self.values, lag)
-        yield lagged
-        late = CounterMetricFamily(
-            "repro:sim_arrival_lag_seconds",
-            "Virtual seconds the busy engine was behind the wall clock when requests arrived, summed",
-            labels=LABELS,
-        )
-        late.add_metric(self.values, behind)
-        yield late
+        for name, text, value in (
+            ("repro:sim_lag_seconds", LAG_HELP, lag),
+            ("repro:sim_arrival_lag_seconds", ARRIVAL_LAG_HELP, behind),
+        ):
+            lagged = CounterMetricFamily(name, text, labels=LABELS)
+            lagged.add_metric(self.values, value)
+            yield lagged
 
 
 class SimMetrics:
