@@ -171,11 +171,11 @@ class LiveEngine:
 
         def preempt_keeping_own_blocks(req: Request) -> None:
             own = req.computed // block
-            req.own_blocks = max(getattr(req, "own_blocks", 0), own)  # type: ignore[attr-defined]
+            req.own_blocks = max(getattr(req, "own_blocks", 0), own)  # type: ignore[attr-defined]  # set only here, read back with getattr
             preempt(req)
 
         residency.max_hit_blocks = capped  # type: ignore[method-assign]  # the live server caps hits at each request's own prefix match
-        self.sched._preempt = preempt_keeping_own_blocks  # type: ignore[method-assign]
+        self.sched._preempt = preempt_keeping_own_blocks  # type: ignore[method-assign]  # the live server records what a preempted request computed
 
     # ------------------------------------------------------------------ clock
     def virtual_now(self) -> float:
