@@ -167,9 +167,7 @@ def attach_ensemble(
             record.fidelity["ensemble"]["stalls"] = {
                 "rate_per_s": stall.rate_per_s,
                 "measured": len(stall.durations_s),
-                "mean_duration_s": (
-                    sum(stall.durations_s) / len(stall.durations_s) if stall.durations_s else 0.0
-                ),
+                "mean_duration_s": stall.mean_duration_s,
                 "mean_wait_s": stall.mean_wait_s,
             }
         # the central 80 % of the counts, for the report's interval column

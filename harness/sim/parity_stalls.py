@@ -40,6 +40,10 @@ class SharedStalls:
     durations_s: tuple[float, ...]
 
     @property
+    def mean_duration_s(self) -> float:
+        return float(np.mean(self.durations_s)) if self.durations_s else 0.0
+
+    @property
     def mean_wait_s(self) -> float:
         """What a reply ending at a uniformly random instant waits on average: rate x E[d^2]/2
         (the chance to fall in a pause, rate x E[d], times the mean remainder E[d^2]/2E[d])."""

@@ -23,6 +23,10 @@ class Request:
     decode_steps: int = 0
     preemptions: int = 0
     cached_at_start: int = 0  # prompt tokens served from a cache at the first schedule
+    # Prefix-cache hits are capped at these blocks (None: the conversation's whole stored
+    # history may hit, as offline). The HTTP server sets it to the blocks its prompt matched.
+    hit_cap_blocks: int | None = None
+    computed_before_preemption: int = 0  # the most tokens computed before any preemption
     scheduled_at: float | None = None  # first scheduled (a preemption keeps it, as vLLM does)
     first_token_at: float | None = None
     finished_at: float | None = None

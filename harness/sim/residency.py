@@ -62,8 +62,17 @@ class GpuResidency:
         return req.computed // self.block_tokens
 
     def max_hit_blocks(self, req: Request) -> int:
-        """vLLM never serves the last prompt token from cache: it must be computed."""
-        return (req.total - 1) // self.block_tokens if self.prefix_caching else 0
+        """vLLM never serves the last prompt token from cache: it must be computed. A request
+        with a hit cap (a prompt that diverges from the stored history) hits only its matching
+        blocks, and those it computed itself before a preemption: vLLM keeps a preempted
+        request's blocks in its prefix cache and finds them on readmission."""
+        if not self.prefix_caching:
+            return 0
+        whole = (req.total - 1) // self.block_tokens
+        if req.hit_cap_blocks is None:
+            return whole
+        own = req.computed_before_preemption // self.block_tokens
+        return min(whole, max(req.hit_cap_blocks, own))
 
     # -- admission
     def lookup(self, req: Request) -> Hit:

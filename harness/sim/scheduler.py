@@ -97,6 +97,7 @@ class Scheduler:
 
     def _preempt(self, req: Request) -> None:
         self.residency.release(req)
+        req.computed_before_preemption = max(req.computed_before_preemption, req.computed)
         req.computed = 0
         req.preemptions += 1
         req.load_until = None

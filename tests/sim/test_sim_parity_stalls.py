@@ -45,6 +45,8 @@ def test_mean_wait_is_rate_times_the_mean_square_duration_over_two():
     # rate 2/s, durations 0.1 and 0.3 s: E[d^2] = 0.05, so 2 x 0.05 / 2 = 0.05 s
     assert SharedStalls(2.0, (0.1, 0.3)).mean_wait_s == pytest.approx(0.05)
     assert SharedStalls(0.0, ()).mean_wait_s == 0.0
+    assert SharedStalls(2.0, (0.1, 0.3)).mean_duration_s == pytest.approx(0.2)
+    assert SharedStalls(0.0, ()).mean_duration_s == 0.0
 
 
 def test_drawn_pauses_are_disjoint_repeatable_and_at_the_measured_rate():

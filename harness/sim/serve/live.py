@@ -149,33 +149,6 @@ class LiveEngine:
         self.behind_at_arrival_s = 0.0  # summed over requests: how far behind each one found it
         self.prefix = PrefixIndex()
         self._rid = 0
-        self._cap_hits()
-
-    def _cap_hits(self) -> None:
-        """A prompt that diverges from the cached history hits only its matching blocks, and the
-        blocks it computed itself before a preemption: vLLM keeps a preempted request's blocks
-        in its prefix cache, so on readmission it finds them (offline finds them too). Capping
-        at the match alone made every preempted first turn recompute its whole prompt: at c32 of
-        the blog's sweep 1.0 M more prompt tokens than offline, and a 13 % longer point."""
-        residency = self.engine.residency
-        whole = residency.max_hit_blocks
-        block = residency.block_tokens
-        preempt = self.sched._preempt
-
-        def capped(req: Request) -> int:
-            limit = getattr(req, "match_blocks", None)
-            n = whole(req)
-            if limit is None:
-                return n
-            return min(n, max(limit, getattr(req, "own_blocks", 0)))
-
-        def preempt_keeping_own_blocks(req: Request) -> None:
-            own = req.computed // block
-            req.own_blocks = max(getattr(req, "own_blocks", 0), own)  # type: ignore[attr-defined]  # set only here, read back with getattr
-            preempt(req)
-
-        residency.max_hit_blocks = capped  # type: ignore[method-assign]  # the live server caps hits at each request's own prefix match
-        self.sched._preempt = preempt_keeping_own_blocks  # type: ignore[method-assign]  # the live server records what a preempted request computed
 
     # ------------------------------------------------------------------ clock
     def virtual_now(self) -> float:
@@ -210,7 +183,11 @@ class LiveEngine:
             rid = self._rid
             self._rid += 1
             req = Request(rid, conv, 1, prompt.tokens, max_tokens, 0.0)
-            req.match_blocks = matched  # type: ignore[attr-defined]  # read back (getattr) by the capped max_hit_blocks above
+            # A prompt that diverges from the stored history hits only its matching blocks.
+            # Capping at the match alone (not also at the request's own computed blocks, see
+            # Residency.max_hit_blocks) made every preempted first turn at c32 of the blog's
+            # sweep recompute its whole prompt: 1.0 M more prompt tokens than offline.
+            req.hit_cap_blocks = matched
             handle = Handle(req, prompt, sink, key=key, turn=turn, received_at=self.virtual_now())
             self._inbox.append(handle)
             self._wake.notify()
