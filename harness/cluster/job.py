@@ -92,7 +92,7 @@ def sweep_job(
         signals.append(signum)
 
     signal.signal(signal.SIGTERM, note)
-    # submitit asks Slurm for USR2 90 s before the time limit, to every process of the job;
+    # submitit asks Slurm for USR2 10 s before the time limit (submit.py), to every process;
     # its default action kills: ignored here and, inherited, in the sweep, server and client,
     # so the time limit itself (SIGTERM, then TIMEOUT) ends the run, in Slurm's words.
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)

@@ -162,6 +162,11 @@ def _executor(folder: Path, options: SlurmOptions, gres: str | None, name: str):
         "cpus_per_task": options.cpus_per_task,
         "setup": setup,
         "stderr_to_stdout": True,
+        # submitit's USR2 (for its requeue-before-timeout) is ignored by the job once its Python
+        # runs (harness/cluster/job.py), but kills it before then. Its default, 90 s before the
+        # limit (and Slurm may send it up to a minute earlier still), could land while a job
+        # under a short limit was starting on a loaded node: FAILED, not TIMEOUT.
+        "signal_delay_s": 10,
     }
     executor.update_parameters(**params)
     return executor

@@ -4,6 +4,7 @@ refusal is an error in sbatch's words. Skipped, with the install command, withou
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -35,6 +36,13 @@ def test_queued_job_is_listed_then_cancelled_without_a_run(slurm, tmp_path):
     job_id = read_record(record_path(tmp_path, "waits")).job.job_id
     time.sleep(1)
     assert job_state(job_id).state == "PENDING"
+    script = subprocess.run(
+        ["scontrol", "write", "batch_script", job_id, "-"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert "#SBATCH --signal=USR2@10" in script  # not submitit's 90 s (harness/cluster/submit.py)
     line = row(tmp_path, "waits")
     assert " queued " in line and f"slurm {job_id} PENDING" in line and "PartitionDown" in line
     done = invoke("runs", "cancel", "waits", "--out", str(tmp_path))
