@@ -8,9 +8,10 @@ padded datasets make every conversation's first block unique).
 The two kinds of pool evict differently, as vLLM does:
 * GPU (`GpuPool`): a finished request's blocks join the free queue tail-first, so eviction takes
   a conversation's last blocks first and the rest of its prefix stays usable.
-* host LRU (`PrefixLru`, the CPU offload pool and the HiSparse host pool): blocks are touched in
-  prefix order, so the LRU victim is a conversation's *first* block, and a prefix that lost its
-  head is useless (`broken`) although its other blocks still take space until they are evicted.
+* host LRU (`PrefixLru`, the CPU offload pool and the HiSparse host pool): the least recently
+  used conversation loses blocks first, and it too loses them from the tail, so what remains of
+  its prefix is still a hit (vLLM 0.32.0 ranks a request's offloaded chunks tail to head, and
+  frees host pages tail first; see `PrefixLru`).
 """
 
 from __future__ import annotations
@@ -161,11 +162,20 @@ class GpuPool:
 @dataclass
 class _Stored:
     blocks: int
-    broken: bool = False
 
 
 class PrefixLru:
-    """A host pool of `capacity` blocks holding conversation prefixes, LRU, head-first eviction."""
+    """A host pool of `capacity` blocks holding conversation prefixes: LRU across conversations,
+    tail first within one, so a partly evicted conversation keeps a usable prefix.
+
+    vLLM 0.32.0, both host pools:
+    * the offloading connector's CPU pool (`v1/kv_offload/cpu/policies/lru.py` touch and
+      on_request_finished) re-ranks a request's chunks in reversed head-to-tail order, so the
+      head gets the newest rank and the lowest-ranked, evicted first, is the tail;
+    * the HiSparse host pool is a `BlockPool` (`v1/hisparse/block_pool.py`, bound in
+      `v1/core/single_type_kv_cache_manager.py` bind_host_pool) whose manager frees a request's
+      pages in reverse order (the same file, free), so its tail pages are reused first.
+    """
 
     def __init__(self, capacity: int) -> None:
         if capacity < 0:
@@ -177,9 +187,9 @@ class PrefixLru:
         self.evicted_blocks = 0
 
     def lookup(self, conv: int) -> int:
-        """Usable prefix blocks of conv (0 once its head was evicted); touches it."""
+        """Prefix blocks of conv still held; touches it."""
         entry = self.entries.get(conv)
-        if entry is None or entry.broken:
+        if entry is None:
             return 0
         self.entries.move_to_end(conv)
         return entry.blocks
@@ -189,14 +199,12 @@ class PrefixLru:
         blocks = min(blocks, self.capacity)
         entry = self.entries.pop(conv, None)
         have = 0 if entry is None else entry.blocks
-        valid = 0 if entry is None or entry.broken else entry.blocks
-        if entry is not None and blocks < have and not entry.broken:
-            blocks = have  # a shorter store refreshes, it does not shrink
+        blocks = max(blocks, have)  # a shorter store refreshes, it does not shrink
         self.used += blocks - have
         self.entries[conv] = _Stored(blocks)
         self._evict_to_fit(keep=conv)
         stored = self.entries.get(conv)
-        return max(0, (stored.blocks if stored else 0) - valid)
+        return max(0, (stored.blocks if stored else 0) - have)
 
     def _evict_to_fit(self, keep: int) -> None:
         for conv in list(self.entries):
@@ -205,9 +213,8 @@ class PrefixLru:
             if conv == keep or conv in self.pinned:
                 continue
             entry = self.entries[conv]
-            take = min(entry.blocks, self.used - self.capacity)
+            take = min(entry.blocks, self.used - self.capacity)  # from its tail
             entry.blocks -= take
-            entry.broken = True
             self.used -= take
             self.evicted_blocks += take
             if entry.blocks == 0:

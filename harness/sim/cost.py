@@ -132,8 +132,9 @@ PARAM_MEANING: dict[str, str] = {
     "the arm's (content-dependent; drafts drawn per step; check: per-request tokens per chunk)",
     "miss_rate": "fraction of a host-resident request's top-K rows copied from host per step",
     "pcie_eff": "achieved / datasheet PCIe bandwidth for host-to-device copies",
-    "host_bytes_scale": "served bytes of an offloaded block / the calculator's (47,700 B/token); "
-    "derived per MTP mode unless set",
+    "host_bytes_scale": "served bytes of an offloaded block / the calculator's (47,700 B/token), "
+    "which sizes the host pools; derived per MTP mode unless set (1.147 with MTP3, 1.131 without; "
+    "a fitted value is the CPU pool's effective capacity, docs/simulator.md §3)",
     "kv_gib_per_gpu": "explicit KV cache budget per GPU, GiB (replaces the derived pool)",
     "runtime_gib": "GPU memory per GPU besides weights and KV: peak activations of the profile "
     "run, CUDA graphs, NCCL/cuBLAS buffers, GiB (the KV pool is what remains)",

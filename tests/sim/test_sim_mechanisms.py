@@ -48,17 +48,26 @@ def test_gpu_pool_evicts_cached_tail_first_and_only_when_needed():
     pool.check()
 
 
-def test_host_lru_evicts_head_first_and_breaks_the_prefix():
+def test_host_lru_evicts_the_least_recent_conversation_from_its_tail():
+    """vLLM 0.32.0's host pools rank a request's blocks tail to head (harness/sim/blocks.py):
+    the least recently used conversation loses its last blocks first and keeps a usable prefix."""
     lru = PrefixLru(10)
-    lru.store(1, 6)
-    lru.store(2, 4)
+    assert lru.store(1, 6) == 6
+    assert lru.store(2, 4) == 4
     assert lru.lookup(1) == 6  # touch: conv 2 is now least recently used
-    lru.store(3, 3)  # needs 3 blocks: taken from conv 2's head
-    assert lru.lookup(2) == 0  # head gone: no usable prefix
-    assert lru.entries[2].blocks == 1 and lru.used == 10
+    assert lru.store(3, 3) == 3  # needs 3 blocks: conv 2's last 3
+    assert lru.lookup(2) == 1  # its first block is still a hit
+    assert (lru.used, lru.evicted_blocks) == (10, 3)
     assert lru.lookup(1) == 6 and lru.lookup(3) == 3
-    assert lru.store(2, 4) == 4  # re-stored after recompute: 4 blocks written again
-    assert lru.used <= 10
+    # storing conv 2's 4 blocks again makes it the most recent, writes the 3 it lost and takes
+    # them from the tail of conv 1, now the least recently used
+    assert lru.store(2, 4) == 3
+    assert [(c, e.blocks) for c, e in lru.entries.items()] == [(1, 3), (3, 3), (2, 4)]
+    lru.pinned.add(1)  # a running request needs conv 1's prefix: conv 3 goes instead
+    assert lru.store(4, 3) == 3
+    assert lru.lookup(3) == 0 and lru.lookup(1) == 3 and lru.used == 10
+    assert lru.store(1, 2) == 0  # a shorter store refreshes, it does not shrink
+    assert lru.lookup(1) == 3
 
 
 # ------------------------------------------------------------------ chunked prefill
