@@ -13,6 +13,7 @@ Run: PYTHONPATH=$PWD /work/main/.venv/bin/python benchmarks/bench_sim.py [CALIBR
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -44,9 +45,17 @@ def sweep_all(calibration: Path | None) -> tuple[dict[str, list[dict]], float]:
 
 
 def main() -> None:
-    calibration = (
-        Path(sys.argv[1]) if len(sys.argv) > 1 else (DEFAULT if DEFAULT.is_file() else None)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "calibration",
+        nargs="?",
+        type=Path,
+        default=DEFAULT if DEFAULT.is_file() else None,
+        help=f"calibration file (default: {DEFAULT.relative_to(REPO_ROOT)} if it exists)",
     )
+    calibration = parser.parse_args().calibration
+    if calibration is not None and not calibration.is_file():
+        parser.error(f"{calibration}: no such calibration file")
     print(f"calibration: {calibration or 'uncalibrated (roofline defaults)'}")
     if calibration:
         show_calibration(calibration)
@@ -165,6 +174,9 @@ def show_intervals(runs: dict[str, list[dict]]) -> None:
 
     published = {t.profile: t.points for t in load_targets()}
     print(f"{'arm':18} {'metric':20} {'median half-width':>17} {'coverage':>9}")
+    every: list[float] = []
+    fitted: list[float] = []
+    covered: list[bool] = []
     for arm, points in runs.items():
         for metric in ("occupancy", "interactivity", "throughput_per_gpu"):
             widths, inside = [], []
@@ -180,6 +192,15 @@ def show_intervals(runs: dict[str, list[dict]]) -> None:
             if widths:
                 cover = f"{sum(inside)}/{len(inside)}" if inside else "withheld"
                 print(f"{arm:18} {metric:20} {100 * median(widths):16.1f}% {cover:>9}")
+            every += widths
+            covered += inside
+            if arm in published:
+                fitted += widths
+    if every:
+        print(
+            f"all arms: median half-width {100 * median(every):.1f}% over {len(every)} values; "
+            f"MTP3 series {100 * median(fitted):.1f}%, coverage {sum(covered)}/{len(covered)}"
+        )
 
 
 if __name__ == "__main__":
