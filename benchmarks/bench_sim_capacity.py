@@ -7,9 +7,10 @@ Per GPU and arm (no MTP, whose hot buffer the calculator's default assumes):
   runtime reserve and its 576 B host rows;
 * `mechanisms`: the same formulas with the quantities the simulator models differently: the
   KV pool vLLM derives at start-up (0.92 x HBM - weights - the calibration's runtime_gib, null
-  block), the host block in the served layout (656 B fp8_ds_mla rows, host_bytes_scale) and,
-  for HiSparse, vLLM 0.32.0's GPU layout (harness/sim/hisparse_layout.py: the pool in 209,920 B
-  blocks, a host-reading request's indexer, hot-region and tail blocks);
+  block), the served layout (656 B fp8_ds_mla rows: the offloading arm's GPU blocks, and the host
+  block with host_bytes_scale) and, for HiSparse, vLLM 0.32.0's GPU layout
+  (harness/sim/hisparse_layout.py: the pool in 209,920 B blocks, a host-reading request's
+  indexer, hot-region and tail blocks);
 * `+window` (HiSparse): the same with one request being admitted, which reserves its in-flight
   window of resident blocks (1,024 x 21) and its indexer blocks: 1 + (pool - that) // request;
 * `simulated`: the running requests of a simulated point with three times the `mechanisms`
@@ -94,6 +95,10 @@ def main() -> None:
                     gpu_side, window = served_limits(probe)
                     mech = int(min(gpu_side, lim.host_limit, 256))
                     window = int(min(window, lim.host_limit, 256))
+                else:  # vLLM's blocks of served rows (the simulator's pool, null block off)
+                    mech = min(
+                        256, probe.pool_units // -(-CONTEXT // probe.model.block_tokens.baseline)
+                    )
                 prof = load_profile(arm, sets(min(300, 3 * mech)))
                 setup = setup_from_profile(prof, None, params, gpu, residency)
                 t0 = time.perf_counter()

@@ -28,6 +28,7 @@ from harness.sim.pool import (
     kv_budget,
     residency_pools,
     served_bytes_scale,
+    served_plain_pool,
     token_bytes,
 )
 from harness.sim.residency import Channel, GpuResidency, HiSparseResidency, OffloadResidency
@@ -383,6 +384,7 @@ def setup_from_profile(
         raise ConfigError(f"{where}: {exc}") from None
     rows = mtp_hot_rows(spec, model.architecture.index_topk) if spec else model.default_hot_rows
     policy, pool, policy_args = residency_pools(dep, rows, host_gib, _connector(where, serve))
+    residency = residency or (calibration.residency if calibration else "constant-miss")
     if "num-gpu-blocks-override" in serve:
         pool = _int(where, "serve.num-gpu-blocks-override", serve["num-gpu-blocks-override"])
     elif derived:
@@ -391,18 +393,18 @@ def setup_from_profile(
     roof.spec_tokens = spec
     _apply_params(roof, fitted)
     max_len = _int(where, "serve.max-model-len", serve.get("max-model-len", 142000))
-    residency = residency or (calibration.residency if calibration else "constant-miss")
     batched = _int(where, "serve.max-num-batched-tokens", serve.get("max-num-batched-tokens", 8192))
     window = admission_window_blocks(policy, residency, batched, max_len, model.block_tokens.gpu)
     overridden = "num-gpu-blocks-override" in serve
     unit_bytes: int | None = None
     layout_facts: dict[str, float] = {}
+    given, runtime = (pool if overridden else None), (runtime_gib if derived else None)
     if policy == "hisparse" and residency == "vllm-0.32":  # vLLM 0.32.0's own page geometry
-        given = pool if overridden else None
-        runtime = runtime_gib if derived else None
         pool, unit_bytes, layout_facts = served_hisparse_pool(
             model, dep, policy_args, given, runtime, spec, cf, max_seqs, batched
         )
+    elif residency == "vllm-0.32":  # vLLM's blocks hold the served rows (docs/simulator.md §3)
+        pool, unit_bytes = served_plain_pool(model, dep, spec, cf, runtime, given, pool)
     kv_check = _refuse_like_vllm(
         where, policy, pool, dep, policy_args, max_len, overridden, roof, window, unit_bytes
     )

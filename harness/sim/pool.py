@@ -20,6 +20,8 @@ __all__ = [
     "profile_free_kv_gib",
     "residency_pools",
     "served_bytes_scale",
+    "served_plain_pool",
+    "served_token_bytes",
     "token_bytes",
 ]
 
@@ -85,23 +87,62 @@ def free_kv_gib(dep: Any, runtime_gib: float, spec: int, cf: Any) -> float:
     return max(0.0, free)
 
 
-def served_bytes_scale(model: ModelSpec, dtype: str, spec: int) -> float:
-    """Bytes per token of an offloaded block as the server holds it / the calculator's.
+def served_token_bytes(model: ModelSpec, dtype: str, spec: int) -> int | None:
+    """KV bytes per token and GPU as the server lays them out, every layer's rows together
+    (None: the layout has no served row size, and the calculator's bytes stand).
 
     The served latent row is the fp8_ds_mla row (SERVED_ROW_BYTES: 512 B latent, 16 B scales,
     128 B BF16 RoPE) where the calculator counts 576 B; with MTP the MTP layer adds one latent
-    and one indexer row per token (docs/simulator.md §3). Only the FP8 layout has a served row
-    size; other layouts keep the calculator's bytes (1.0)."""
+    and one indexer row per token (docs/simulator.md §3). vLLM keeps every layer of a block
+    in one group of per-layer pages, so a block holds exactly these rows x its tokens, and an
+    offloaded block is a byte copy of it (v1/core/kv_cache_utils.py
+    get_kv_cache_config_from_groups; the offloading connector's worker_kv_bytes_per_block)."""
     if dtype != "fp8":
+        return None
+    _, indexer = token_bytes(model, dtype)
+    arch = model.architecture
+    extra = 1 if spec else 0
+    return (arch.num_layers + extra) * SERVED_ROW_BYTES + (
+        arch.indexer_full_layers + extra
+    ) * indexer
+
+
+def served_bytes_scale(model: ModelSpec, dtype: str, spec: int) -> float:
+    """Bytes per token of an offloaded block as the server holds it / the calculator's
+    (`served_token_bytes`; 1.0 for layouts without a served row size)."""
+    served = served_token_bytes(model, dtype, spec)
+    if served is None:
         return 1.0
     latent, indexer = token_bytes(model, dtype)
     arch = model.architecture
-    extra = 1 if spec else 0
-    served = (arch.num_layers + extra) * SERVED_ROW_BYTES + (
-        arch.indexer_full_layers + extra
-    ) * indexer
-    calc = arch.num_layers * latent + arch.indexer_full_layers * indexer
-    return served / calc
+    return served / (arch.num_layers * latent + arch.indexer_full_layers * indexer)
+
+
+def served_plain_pool(
+    model: ModelSpec,
+    dep: Any,
+    spec: int,
+    cf: Any,
+    runtime_gib: float | None,
+    given: int | None,
+    calculator_pool: int,
+) -> tuple[int, int | None]:
+    """(GPU blocks, bytes per block) of a plain or offloading server with vLLM's layout.
+
+    A block holds `served_token_bytes` x its tokens. `given`: the profile's block count
+    (num-gpu-blocks-override). With `runtime_gib` the pool is what vLLM's start-up profile
+    leaves (`profile_free_kv_gib`) over that block, less the null block. Otherwise (an explicit
+    or the calculator's budget), or with no served row size, `calculator_pool` stands."""
+    served = served_token_bytes(model, dep.kv_dtype, spec)
+    if served is None:
+        return calculator_pool, None
+    unit = served * dep.baseline_block_tokens
+    if given is not None:
+        return given, unit
+    if runtime_gib is None:
+        return calculator_pool, None
+    free = profile_free_kv_gib(model, dep, spec, cf, runtime_gib)
+    return math.floor(free * GIB / unit) - 1, unit  # block 0 is vLLM's null block
 
 
 def residency_pools(

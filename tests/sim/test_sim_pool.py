@@ -10,7 +10,7 @@ from harness.capacity.model import load_model
 from harness.serve.profiles import load_profile
 from harness.sim.config import setup_from_profile
 from harness.sim.facts import COMPUTE
-from harness.sim.pool import derived_kv_gib, served_bytes_scale
+from harness.sim.pool import derived_kv_gib, served_bytes_scale, served_token_bytes
 
 GIB = 2**30
 
@@ -76,3 +76,28 @@ def test_served_block_bytes_by_hand():
         load_profile("offload512"), None, {"runtime_gib": 11.0, "host_bytes_scale": 1.2}
     )
     assert fitted.roofline.host_bytes_scale == 1.2
+
+
+def test_vllm_blocks_hold_the_served_rows_in_the_offloading_and_plain_arms():
+    """With vLLM's layout (the vllm-0.32 residency) a GPU block of the offloading arm holds the
+    served rows, the same bytes its CPU copy takes, not the calculator's 576 B rows."""
+    model = load_model("glm-5.3")
+    assert served_token_bytes(model, "fp8", 3) == 54728  # 79 x 656 + 22 x 132
+    assert served_token_bytes(model, "fp8", 0) == 53940  # 78 x 656 + 21 x 132
+    assert served_token_bytes(model, "bf16", 0) is None
+    params = {"runtime_gib": 11.0}
+    mtp = setup_from_profile(load_profile("offload512"), None, params, residency="vllm-0.32")
+    nomtp = setup_from_profile(
+        load_profile("offload512-nomtp"), None, params, residency="vllm-0.32"
+    )
+    # MTP: 20.689785 GiB free (above) / (54,728 x 64 = 3,502,592 B) = 6,342.59 -> 6,342, minus
+    # the null block; the calculator's blocks of the same bytes were 7,170 (48,408 B per token)
+    assert mtp.pool_units == 6341
+    # no MTP: 21.845789 GiB / (53,940 x 64 = 3,452,160 B) = 6,794.80 -> 6,794, minus the null block
+    assert nomtp.pool_units == 6793
+    # the budget reported is unchanged: only the block it is divided by
+    assert mtp.facts["kv_gib_per_gpu"] == pytest.approx(20.387183, abs=1e-6)
+    # the calculator's geometry stays with the earlier residency and with an explicit pool
+    assert setup_from_profile(load_profile("offload512"), None, params).pool_units == 7169
+    overridden = load_profile("offload512", ["serve.num-gpu-blocks-override=3000"])
+    assert setup_from_profile(overridden, None, params, residency="vllm-0.32").pool_units == 3000
