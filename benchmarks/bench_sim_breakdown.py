@@ -142,7 +142,8 @@ def report(arm: str, record: Any, log: PointLog) -> None:
     print(
         f"\n{arm} {record.label}: occupancy {m['occupancy']:.1f}, {m['interactivity']:.1f} "
         f"tok/s/user, {m['throughput_per_gpu']:.0f} tok/s/GPU, point {span:.0f} s, "
-        f"idle {100 * (1 - log.busy / span):.1f} %"
+        f"idle {100 * (1 - log.busy / span):.1f} %, GPU stalled by copy submissions "
+        f"{record.fidelity.get('copy_submit_stall_s', 0.0):.1f} s"
     )
     for kind in ("decode", "mixed", "prefill"):
         times = log.steps.get(kind, [])

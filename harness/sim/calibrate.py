@@ -286,6 +286,8 @@ FIXED_NOTES = {
     "frontend_us_per_token": "roofline default 4.0 (tokenizer, template, hashing)",
     "frontend_threads": "1: vLLM 0.32.0's API server renders and tokenises on one thread "
     "(config/model.py renderer_num_workers)",
+    "copy_submit_us": "roofline default 0.55 (measured per copy descriptor on an H100 host; "
+    "docs/simulator.md §6a, Copy submission)",
     "host_bytes_scale": "derived per MTP mode: served fp8_ds_mla rows with the MTP layer / "
     "the calculator's bytes (docs/simulator.md §3)",
     "kv_gib_per_gpu": "derived per GPU and MTP mode: 0.92 x HBM - weights - MTP module "

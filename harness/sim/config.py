@@ -25,6 +25,7 @@ from harness.sim.hisparse_layout import served_hisparse_pool
 from harness.sim.intervals import interval80
 from harness.sim.mtp import Mtp
 from harness.sim.pool import (
+    connector_pages_per_block,
     kv_budget,
     residency_pools,
     served_bytes_scale,
@@ -219,6 +220,10 @@ class SimSetup:
             if key in args:
                 args[key] = int(args[key] * scale)
         v032 = self.residency == "vllm-0.32"
+        if v032 and self.policy in ("offload", "hisparse"):
+            args["copy_pages"] = connector_pages_per_block(
+                self.model, self.policy, self.spec_tokens
+            )
         if self.policy == "offload":
             args["store_every_step"] = v032
         if self.policy == "hisparse":

@@ -118,6 +118,10 @@ FIT_PARAMS: dict[str, tuple[float, float]] = {
     # Threads preparing requests before the engine, first come first served: vLLM 0.32.0's API
     # server renders and tokenises on a pool of one (config/model.py renderer_num_workers).
     "frontend_threads": (1.0, 64.0),
+    # Worker CPU time to submit one copy descriptor (one layer's page of one block) to the
+    # driver's batched copy call; the connector never merges adjacent pages (docs/simulator.md
+    # §6a, "Copy submission"): ~0.5-0.63 us measured on an H100 host.
+    "copy_submit_us": (0.0, 2.0),
 }
 CONFIG_PARAMS = ("kv_gib_per_gpu", "runtime_gib")  # applied when the pools are sized
 PARAM_MEANING: dict[str, str] = {
@@ -141,6 +145,9 @@ PARAM_MEANING: dict[str, str] = {
     "frontend_us_per_token": "API-server time per prompt token before the engine sees it, us",
     "frontend_threads": "API-server threads preparing requests one at a time each (vLLM 0.32.0: "
     "1); unset: every request prepared at once (docs/simulator.md §6a)",
+    "copy_submit_us": "worker CPU time per copy descriptor the offloading connector submits "
+    "(one per block and layer page), us; the part longer than the GPU's previous step stalls "
+    "the next one (docs/simulator.md §6a)",
 }
 
 
@@ -190,6 +197,8 @@ class Roofline:
     # None: every request is prepared at once (no queue before the engine); vLLM runs one thread
     # (docs/simulator.md §6a: what one changes, and why the shipped calibration leaves it unset).
     frontend_threads: float | None = None
+    # A measured constant, not fitted (docs/simulator.md §6a, "Copy submission").
+    copy_submit_us: float = 0.55
 
     def pcie_bytes_per_s(self) -> float:
         return self.pcie_gbps * 1e9 * self.pcie_eff

@@ -72,6 +72,11 @@ class Engine:
         h2d = getattr(self.residency, "h2d", None)
         if isinstance(h2d, Channel):
             h2d.bytes_per_s = cost.pcie_bytes_per_s()
+        self.copy_submit_s = float(getattr(cost, "copy_submit_us", 0.0)) * 1e-6
+        self.residency.copy_submit_s = self.copy_submit_s
+        self._copies_charged = 0
+        self._previous_gpu_s = 0.0
+        self.submit_stall_s = 0.0  # GPU time lost to the worker's copy submissions, all points
 
     # ------------------------------------------------------------------ one point
     def run_point(
@@ -100,9 +105,10 @@ class Engine:
                     samples += self._scrape(next_scrape)
                     next_scrape += scrape_interval
                 self.now = wake
+                self.went_idle()
                 continue
             stats = self.step_stats(batch)
-            end = self.now + self.cost.step_time(stats)
+            end = self.now + self.step_duration(stats)
             while next_scrape <= end:
                 samples += self._scrape(next_scrape)
                 next_scrape += scrape_interval
@@ -119,6 +125,29 @@ class Engine:
         self.rid_next = client.rid_base + client._rid
         self.steps += steps
         return PointResult(start, self.now, samples, steps)
+
+    def step_duration(self, stats: StepStats) -> float:
+        """The step's GPU time plus what the worker's copy submissions leave exposed.
+
+        The offloading connector's worker submits the step's loads (requests admitted in it) and
+        the previous step's stores before launching the forward, at `copy_submit_us` of CPU per
+        descriptor. With async scheduling (on by default, MTP included) the worker prepares a
+        step while the GPU runs the one before, so only the part of the submission longer than
+        that step stalls the GPU (docs/simulator.md §6a, "Copy submission")."""
+        gpu = self.cost.step_time(stats)
+        copies = self.residency.copies_submitted
+        submit = (copies - self._copies_charged) * self.copy_submit_s
+        self._copies_charged = copies
+        stall = max(0.0, submit - self._previous_gpu_s)
+        self._previous_gpu_s = gpu
+        self.submit_stall_s += stall
+        return gpu + stall
+
+    def went_idle(self) -> None:
+        """Nothing ran: submissions made meanwhile cost no GPU time, and the next step's
+        preparation overlaps no GPU work."""
+        self._copies_charged = self.residency.copies_submitted
+        self._previous_gpu_s = 0.0
 
     def step_stats(self, batch: list[Any]) -> StepStats:
         """A step's work; only the rows of a history not readable on the GPU are copied (the

@@ -145,6 +145,20 @@ def served_plain_pool(
     return math.floor(free * GIB / unit) - 1, unit  # block 0 is vLLM's null block
 
 
+def connector_pages_per_block(model: ModelSpec, policy: str, spec: int) -> int:
+    """Copy descriptors the offloading connector submits per block moved: one per layer page
+    (vLLM 0.32.0 `v1/kv_offload/cpu/gpu_worker.py` fills one per block and layer tensor, and
+    adjacent pages are never merged). It carries every KV layer in the offloading arm, only the
+    indexer's beside HiSparse (which mirrors the latent itself); with MTP the MTP layer adds
+    one of each."""
+    arch = model.architecture
+    extra = 1 if spec else 0
+    indexer = arch.indexer_full_layers + extra
+    if policy == "hisparse":
+        return indexer
+    return arch.num_layers + extra + indexer
+
+
 def residency_pools(
     dep: Any, rows: int, host_gib: float | None, cpu_bytes: int | None
 ) -> tuple[str, int, dict[str, Any]]:

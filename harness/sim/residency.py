@@ -39,6 +39,14 @@ class Channel:
         return self.free_at
 
 
+def submit_load(residency: GpuResidency, h2d: Channel, now: float, hit: Hit) -> float:
+    """A host hit's copy: it starts once the worker has submitted its descriptors, then queues
+    on the host-to-device stream; returns when it is done."""
+    copies = hit.external_blocks * residency.copy_pages
+    residency.copies_submitted += copies
+    return h2d.transfer(now + copies * residency.copy_submit_s, hit.load_bytes)
+
+
 class GpuResidency:
     """vLLM with prefix caching and no connector: a block costs one unit."""
 
@@ -50,6 +58,16 @@ class GpuResidency:
         self.prefix_caching = prefix_caching
         self.resident_units = 1
         self.running: list[Request] = []
+        # Copy descriptors the connector's worker has submitted (loads and stores): the engine
+        # charges their submission time (`Engine.step_duration`). No connector: none.
+        self.copies_submitted = 0
+        self.copy_pages = 0  # descriptors per block moved (pool.connector_pages_per_block)
+        self.copy_submit_s = 0.0  # worker CPU per descriptor (the engine sets its cost model's)
+
+    def start_load(self, now: float, hit: Hit) -> float:
+        """Submit the copy of a host hit's blocks; when it is done. Without a host pool there is
+        nothing to load."""
+        return now
 
     # -- sizes
     def block_units(self, req: Request) -> int:
@@ -151,10 +169,11 @@ class GpuResidency:
 class OffloadResidency(GpuResidency):
     """OffloadingConnector: a CPU LRU pool per TP rank; hits load over PCIe before running.
 
-    Neither copy direction costs the engine's step in vLLM 0.32.0: loads and stores queue on
-    per-direction copy streams (vLLM 0.32.0 `v1/kv_offload/cpu/gpu_worker.py` transfer_async),
-    stores deferred to the next step (vLLM 0.32.0 `distributed/kv_transfer/kv_connector/v1/
-    offloading/worker.py` prepare_store_kv); before a step the worker waits only for
+    Neither copy direction's transfer costs the engine's step in vLLM 0.32.0 (their submission
+    does, where the GPU cannot hide it: `copies_submitted`, `Engine.step_duration`): loads and
+    stores queue on per-direction copy streams (vLLM 0.32.0 `v1/kv_offload/cpu/gpu_worker.py`
+    transfer_async), stores deferred to the next step (vLLM 0.32.0 `distributed/kv_transfer/
+    kv_connector/v1/offloading/worker.py` prepare_store_kv); before a step the worker waits only for
     `jobs_to_flush` (the same file, handle_preemptions): a preempted request's stores, or a
     finished one's whose blocks the step reallocates. A load is the waiting request's time
     (`h2d`), a store nobody's. The pool is per rank, which reproduces the published offloading
@@ -176,6 +195,7 @@ class OffloadResidency(GpuResidency):
         h2d: Channel,
         prefix_caching: bool = True,
         store_every_step: bool = False,
+        copy_pages: int = 0,
     ) -> None:
         super().__init__(pool_units, block_tokens, prefix_caching)
         self.cpu = PrefixLru(cpu_blocks)
@@ -183,14 +203,22 @@ class OffloadResidency(GpuResidency):
         self.h2d = h2d
         self.stored_bytes = 0
         self.store_every_step = store_every_step
+        self.copy_pages = copy_pages
+
+    def start_load(self, now: float, hit: Hit) -> float:
+        return submit_load(self, self.h2d, now, hit)
+
+    def _store(self, req: Request, full: int) -> None:
+        written = self.cpu.store(req.conv, full)
+        self.stored_bytes += written * self.block_bytes
+        self.copies_submitted += written * self.copy_pages
 
     def on_step(self, req: Request) -> None:
         # vLLM 0.32.0 OffloadingConnector stores a request's newly completed blocks from every
         # step's scheduler output (`distributed/kv_transfer/kv_connector/v1/offloading_connector
         # .py`), not only when it is freed: its prefix is in the CPU pool while it runs.
         if self.store_every_step:
-            full = min(self.full_blocks(req), req.blocks)
-            self.stored_bytes += self.cpu.store(req.conv, full) * self.block_bytes
+            self._store(req, min(self.full_blocks(req), req.blocks))
 
     def lookup(self, req: Request) -> Hit:
         gpu = min(self.pool.cached_blocks(req.conv), self.max_hit_blocks(req))
@@ -209,9 +237,7 @@ class OffloadResidency(GpuResidency):
         return True
 
     def on_release(self, req: Request) -> None:
-        full = min(self.full_blocks(req), req.blocks)
-        written = self.cpu.store(req.conv, full)
-        self.stored_bytes += written * self.block_bytes
+        self._store(req, min(self.full_blocks(req), req.blocks))
 
 
 class HiSparseResidency(GpuResidency):
@@ -242,8 +268,10 @@ class HiSparseResidency(GpuResidency):
         prefix_caching: bool = True,
         lazy_unpin: bool = False,
         window_blocks: int = 512,
+        copy_pages: int = 0,
     ) -> None:
         super().__init__(pool_units, block_tokens, prefix_caching)
+        self.copy_pages = copy_pages  # the indexer's pages: the connector holds only them here
         self.lazy_unpin = lazy_unpin
         # vLLM 0.32.0 `v1/hisparse/coordinator.py` update_residency: a request starts reading
         # from host (asks for a hot region) once the pool's free pages fall below
@@ -438,7 +466,10 @@ class HiSparseResidency(GpuResidency):
         full = self.full_blocks(req)
         self.host.store(req.conv, full)
         self.host.pinned.discard(req.conv)
-        self.indexer_cpu.store(req.conv, full)
+        self.copies_submitted += self.indexer_cpu.store(req.conv, full) * self.copy_pages
+
+    def start_load(self, now: float, hit: Hit) -> float:
+        return submit_load(self, self.h2d, now, hit)
 
     def gauges(self) -> dict[str, float]:
         cap = self.host.capacity

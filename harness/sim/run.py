@@ -238,9 +238,12 @@ def simulate_points(
             setup.max_model_len,
             pauses=PauseTable(sweep.think_time) if sweep.think_time.active else None,
         )
+        stalled = engine.submit_stall_s
         res = engine.run_point(client, sweep.scrape_interval_s)
         measured = measurement(client, res, parallel=plan.parallel)
         record = _record(plan, measured, res, turns, gpus)
+        # GPU time lost to the connector's copy submissions (Engine.step_duration)
+        record.fidelity["copy_submit_stall_s"] = round(engine.submit_stall_s - stalled, 6)
         interval = setup.interval80(record.metrics)
         if interval:  # the calibration's 80 % prediction interval (harness.sim.calibrate)
             record.fidelity["interval80"] = interval

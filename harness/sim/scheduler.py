@@ -171,12 +171,14 @@ class Scheduler:
             # Asynchronous, as in vLLM 0.32.0: the request waits in WAITING_FOR_REMOTE_KVS with
             # its blocks allocated, skipped until the worker reports the load done (vLLM 0.32.0
             # `v1/core/sched/scheduler.py` load_kv_async, _handle_blocked_waiting_request); the
-            # copy runs on its own stream after the loads before it and never holds up a step
-            # (vLLM 0.32.0 `v1/kv_offload/cpu/gpu_worker.py` transfer_async). vLLM starts it once
+            # copy runs on its own stream after the loads before it (vLLM 0.32.0
+            # `v1/kv_offload/cpu/gpu_worker.py` transfer_async), once the worker has submitted
+            # its descriptors, whose CPU time the engine charges to the step where the GPU
+            # cannot hide it (`Engine.step_duration`). vLLM starts it once
             # the admitting step's forward ends and sees it done at a later step's poll, one or
             # two steps after this model does; a what-if with that lag moved no c8 speed and put
             # three MTP3 values out of their bands (docs/simulator.md §6a), so it is not modelled.
-            req.load_until = residency.h2d.transfer(now, hit.load_bytes)  # type: ignore[attr-defined]  # only offloading residencies load bytes; they all have h2d
+            req.load_until = residency.start_load(now, hit)
             return "loading" if req.load_until > now else "ready"
         return "ready"
 

@@ -105,3 +105,21 @@ def test_the_offloading_connector_stores_every_step():
         req.computed = 200  # 3 full blocks of 64
         pol.on_step(req)
         assert pol.cpu.lookup(5) == stored and pol.stored_bytes == stored * 10
+
+
+def test_beside_hisparse_the_connector_copies_only_indexer_pages():
+    pol = _hisparse()
+    pol.copy_pages = 3  # the indexer's layer pages per block
+    req = _running(pol, 1, 640)  # 10 full blocks
+    pol.release(req)
+    pol.on_release(req)  # the connector stores the indexer KV of the 10 blocks
+    assert pol.indexer_cpu.lookup(1) == 10 and pol.copies_submitted == 10 * 3
+    # a new request of that conversation finds them only in the host pools: it loads the
+    # indexer KV of the 10 blocks (the latent stays on the host, read as top-K misses)
+    while pol.pool.cached_blocks(1):
+        assert pol.pool.allocate(pol.pool.available())  # reuse every cached page
+    nxt = Request(2, 1, 2, 700, 220, 1.0)
+    hit = pol.lookup(nxt)
+    assert (hit.gpu_blocks, hit.external_blocks, hit.load_bytes) == (0, 10, 10 * 100)
+    assert pol.start_load(1.0, hit) == pytest.approx(1.0 + 1000.0)  # 1,000 B at 1 B/s
+    assert pol.copies_submitted == 10 * 3 + 10 * 3

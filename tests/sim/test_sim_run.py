@@ -212,3 +212,28 @@ def test_frontend_threads_is_bounded_and_named():
 
     with pytest.raises(ConfigError, match="frontend_threads"):
         setup_from_profile(load_profile("offload512"), params={"frontend_threads": 0.0})
+
+
+def test_copy_submissions_stall_the_offloading_arm_by_what_the_gpu_did_not_hide(small):
+    from dataclasses import replace
+
+    from harness.serve.profiles import load_profile
+    from harness.sim.config import setup_from_profile
+    from harness.sim.run import load_workload, simulate_points
+
+    # 1,200 GPU blocks hold two of these ~31K-token histories: at c4 the later turns load theirs
+    # back from the CPU pool (about 490 blocks x 101 descriptors x 0.55 us = 27 ms to submit)
+    sets = [*SETS, "sweep.points=[[4,8]]", "serve.num-gpu-blocks-override=1200"]
+    prof = load_profile("offload512", [*sets, "serve.max-model-len=40960"])
+    setup = setup_from_profile(prof, residency="vllm-0.32")
+    assert setup.roofline.copy_submit_us == 0.55
+    free = replace(setup, roofline=replace(setup.roofline, copy_submit_us=0.0))
+    wl = load_workload(str(small))
+    (priced, _), (unpriced, _) = (
+        simulate_points(s, wl, prof.sweep, gpus=8)[0] for s in (setup, free)
+    )
+    assert unpriced.fidelity["copy_submit_stall_s"] == 0.0
+    assert priced.fidelity["copy_submit_stall_s"] > 0.0
+    # the stalls and the later loads make the point longer and its turns slower
+    assert priced.ended_at - priced.started_at > unpriced.ended_at - unpriced.started_at
+    assert priced.metrics["throughput_per_gpu"] < unpriced.metrics["throughput_per_gpu"]

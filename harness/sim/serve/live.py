@@ -267,9 +267,10 @@ class LiveEngine:
                 with self.lock:
                     if wake is not None and not self._inbox:
                         eng.now = max(eng.now, min(wake, self.virtual_now()))
+                    eng.went_idle()
                 continue
             stats = eng.step_stats(batch)
-            end = eng.now + eng.cost.step_time(stats)
+            end = eng.now + eng.step_duration(stats)
             self._sleep_until(end)
             with self.lock:
                 self._apply(batch, stats, end)
