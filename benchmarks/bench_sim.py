@@ -177,6 +177,7 @@ def show_intervals(runs: dict[str, list[dict]]) -> None:
     every: list[float] = []
     fitted: list[float] = []
     covered: list[bool] = []
+    misses: list[str] = []
     for arm, points in runs.items():
         for metric in ("occupancy", "interactivity", "throughput_per_gpu"):
             widths, inside = [], []
@@ -189,6 +190,11 @@ def show_intervals(runs: dict[str, list[dict]]) -> None:
                 target = published.get(arm, {}).get(p["label"], {}).get(metric)
                 if target is not None:
                     inside.append(band[0] <= target <= band[1])
+                    if not inside[-1]:
+                        misses.append(
+                            f"  {arm} {p['label']} {metric}: published {target:g} outside "
+                            f"{band[0]:.4g}-{band[1]:.4g} (simulated {value:.4g})"
+                        )
             if widths:
                 cover = f"{sum(inside)}/{len(inside)}" if inside else "withheld"
                 print(f"{arm:18} {metric:20} {100 * median(widths):16.1f}% {cover:>9}")
@@ -201,6 +207,8 @@ def show_intervals(runs: dict[str, list[dict]]) -> None:
             f"all arms: median half-width {100 * median(every):.1f}% over {len(every)} values; "
             f"MTP3 series {100 * median(fitted):.1f}%, coverage {sum(covered)}/{len(covered)}"
         )
+    for line in misses:
+        print(line)
 
 
 if __name__ == "__main__":

@@ -239,7 +239,7 @@ def fit(
         try:
             value = loss(errors(targets, params))
         except RuntimeError as exc:  # a stalled engine: these parameters cannot serve the sweep
-            echo(f"  eval {evals}: {exc}")
+            echo(f"  eval {evals}: {exc} at " + " ".join(f"{k}={v:.4g}" for k, v in params.items()))
             return STALLED
         if value < best[0]:
             best = (value, params)

@@ -224,7 +224,7 @@ class SimSetup:
             args["copy_pages"] = connector_pages_per_block(
                 self.model, self.policy, self.spec_tokens
             )
-        if self.policy == "offload":
+        if self.policy in ("offload", "hisparse"):
             args["store_every_step"] = v032
         if self.policy == "hisparse":
             args["lazy_unpin"] = v032

@@ -93,6 +93,8 @@ class Engine:
         while not client.done:
             self.admit_ready()
             batch = sched.schedule(self.now)
+            if not batch and sched.preempted_in_last_schedule:
+                continue  # the last running request preempted itself: the next pass admits
             if not batch:
                 wakes = [t for t in (sched.next_load_done(), self.next_ready()) if t is not None]
                 wake = min(wakes) if wakes else None

@@ -105,6 +105,16 @@ class GpuResidency:
         failed, and a queue of them stalled."""
         return self.blocks_for(req.total) * self.resident_units
 
+    def remaining_units(self, req: Request, tokens: int) -> int:
+        """Units req still needs to hold `tokens` (vLLM 0.32.0 `v1/core/sched/scheduler.py`
+        _request_remaining_blocks)."""
+        return max(0, self.blocks_for(tokens) - req.blocks) * self.resident_units
+
+    def hit_units(self, hit: Hit) -> int:
+        """Units taking a hit removes from the free count: its GPU blocks (evictable until
+        taken) and the blocks an external hit is loaded into."""
+        return (hit.gpu_blocks + hit.external_blocks) * self.resident_units
+
     def start(self, req: Request, hit: Hit) -> None:
         """Attach the GPU hit to the request (its units leave the free queue)."""
         units = self.pool.take_cached(req.conv, hit.gpu_blocks) if hit.gpu_blocks else 0
@@ -269,9 +279,11 @@ class HiSparseResidency(GpuResidency):
         lazy_unpin: bool = False,
         window_blocks: int = 512,
         copy_pages: int = 0,
+        store_every_step: bool = False,
     ) -> None:
         super().__init__(pool_units, block_tokens, prefix_caching)
         self.copy_pages = copy_pages  # the indexer's pages: the connector holds only them here
+        self.store_every_step = store_every_step
         self.lazy_unpin = lazy_unpin
         # vLLM 0.32.0 `v1/hisparse/coordinator.py` update_residency: a request starts reading
         # from host (asks for a hot region) once the pool's free pages fall below
@@ -296,8 +308,18 @@ class HiSparseResidency(GpuResidency):
             return self.indexer_units
         return self.resident_units  # lazy: new pages are pinned until clean, then unpinned
 
+    def _store_indexer(self, req: Request) -> None:
+        full = self.full_blocks(req)
+        self.copies_submitted += self.indexer_cpu.store(req.conv, full) * self.copy_pages
+
     # -- lazy unpin (vLLM 0.32.0 coordinator): pages stay readable until the pool reuses them
     def on_step(self, req: Request) -> None:
+        if self.store_every_step:
+            # Beside HiSparse the OffloadingConnector manages only the indexer groups (vLLM
+            # 0.32.0 `distributed/kv_transfer/kv_connector/v1/offloading/config.py`
+            # get_offloading_group_ids) and stores their newly completed blocks every step
+            # (`offloading/scheduler.py` build_connector_meta), as OffloadResidency.on_step.
+            self._store_indexer(req)
         if not self.lazy_unpin:
             return
         if not req.offloaded:
@@ -370,6 +392,24 @@ class HiSparseResidency(GpuResidency):
         need = min(resident, offloaded)
         # Pages that host-resident decoding would hand back also count as room.
         return max(0, need - self.reclaimable(exclude=req))
+
+    def remaining_units(self, req: Request, tokens: int) -> int:
+        """Lazy: vLLM caps the resident (latent) blocks a request is counted for at its
+        admission window (`apply_admission_cap`); the indexer group is not capped."""
+        if not self.lazy_unpin:
+            return super().remaining_units(req, tokens)
+        total = self.blocks_for(tokens)
+        latent = max(0, min(total, self.window_blocks) - min(req.blocks, self.window_blocks))
+        return max(0, total - req.blocks) * self.indexer_units + latent * self.latent_units
+
+    def hit_units(self, hit: Hit) -> int:
+        if not self.lazy_unpin:
+            return hit.gpu_blocks * self.resident_units + (
+                hit.external_blocks * self.indexer_units + self.lease_units
+                if hit.external_blocks
+                else 0
+            )
+        return hit.gpu_blocks * self.resident_units + hit.external_blocks * self.indexer_units
 
     def reclaimable(self, exclude: Request | None = None) -> int:
         return sum(self._saving(r) for r in self.running if r is not exclude)
@@ -466,7 +506,7 @@ class HiSparseResidency(GpuResidency):
         full = self.full_blocks(req)
         self.host.store(req.conv, full)
         self.host.pinned.discard(req.conv)
-        self.copies_submitted += self.indexer_cpu.store(req.conv, full) * self.copy_pages
+        self._store_indexer(req)
 
     def start_load(self, now: float, hit: Hit) -> float:
         return submit_load(self, self.h2d, now, hit)

@@ -63,6 +63,8 @@ class Scheduler:
         self.mtp = mtp
         self.reserve_full_isl = reserve_full_isl
         self.counters = Counters()
+        # vLLM schedules no waiting request in a step that preempted one; the next step does.
+        self.preempted_in_last_schedule = False
 
     def add(self, req: Request) -> None:
         self.waiting.append(req)
@@ -91,6 +93,7 @@ class Scheduler:
             batch.append(Scheduled(req, n, not req.decoding, req.computed))
             budget -= n
             i += 1
+        self.preempted_in_last_schedule = preempted
         if not preempted:
             budget = self._schedule_waiting(now, budget, batch)
         return batch
@@ -152,6 +155,18 @@ class Scheduler:
             and residency.admission_units(req, hit) > residency.pool.available()
         ):
             return "blocked"
+        # An asynchronous load holds its blocks with no forward progress, so vLLM 0.32.0 admits
+        # one only if they fit beside what the prefills in flight (loading, or admitted and
+        # still prefilling) need to finish, plus a speculative step's blocks
+        # (`v1/core/sched/scheduler.py` _inflight_prefill_reserved_blocks,
+        # _spec_decode_step_blocks). Without it, loads could take the blocks a running request
+        # needed, and it preempted itself with nothing else running.
+        if (
+            self.reserve_full_isl
+            and hit.load_bytes
+            and residency.hit_units(hit) + self._reserved_units(req) > residency.pool.available()
+        ):
+            return "blocked"
         residency.start(req, hit)
         bt = residency.block_tokens
         c = self.counters
@@ -181,6 +196,16 @@ class Scheduler:
             req.load_until = residency.start_load(now, hit)
             return "loading" if req.load_until > now else "ready"
         return "ready"
+
+    def _reserved_units(self, req: Request) -> int:
+        residency = self.residency
+        spec = self.mtp.spec_tokens
+        extra = 1 + 2 * spec if spec else 0  # the verify rows and the drafter's lookahead slots
+        inflight = [r for r in self.waiting if r.blocks and r is not req] + [
+            r for r in self.running if r.computed < r.total
+        ]
+        reserved = sum(residency.remaining_units(r, r.total + extra) for r in inflight)
+        return reserved + (residency.blocks_for(extra) * residency.resident_units if extra else 0)
 
     # ------------------------------------------------------------------ update
     def update(self, batch: list[Scheduled], end: float) -> list[Request]:

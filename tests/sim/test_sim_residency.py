@@ -123,3 +123,18 @@ def test_beside_hisparse_the_connector_copies_only_indexer_pages():
     assert (hit.gpu_blocks, hit.external_blocks, hit.load_bytes) == (0, 10, 10 * 100)
     assert pol.start_load(1.0, hit) == pytest.approx(1.0 + 1000.0)  # 1,000 B at 1 B/s
     assert pol.copies_submitted == 10 * 3 + 10 * 3
+
+
+def test_beside_hisparse_the_connector_stores_the_indexer_kv_every_step():
+    for every, stored in ((True, 3), (False, 0)):
+        pol = _hisparse()
+        pol.copy_pages = 3
+        pol.store_every_step = every
+        req = _running(pol, 1, 200)  # 3 full blocks of 64 and a partial one
+        pol.on_step(req)
+        assert pol.indexer_cpu.lookup(1) == stored and pol.copies_submitted == stored * 3
+        req.computed = 256  # a 4th block completes: only it is new
+        pol.on_step(req)
+        assert pol.copies_submitted == (4 * 3 if every else 0)
+        pol.release(req)  # the last store writes what the steps have not
+        assert pol.indexer_cpu.lookup(1) == 4 and pol.copies_submitted == 4 * 3

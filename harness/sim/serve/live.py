@@ -260,6 +260,8 @@ class LiveEngine:
                 self._admit_arrivals()
                 eng.admit_ready()
                 batch = sched.schedule(eng.now)
+            if not batch and sched.preempted_in_last_schedule:
+                continue  # the last running request preempted itself: the next pass admits
             if not batch:
                 wakes = [t for t in (sched.next_load_done(), eng.next_ready()) if t is not None]
                 wake = min(wakes) if wakes else None
