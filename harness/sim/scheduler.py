@@ -124,6 +124,7 @@ class Scheduler:
             if req.load_until is not None and req.load_until > now:
                 skipped.append(self.waiting.popleft())
                 continue
+            holding = req.blocks > 0  # its loaded prefix's blocks, allocated at admission
             if req.load_until is None and req.blocks == 0:
                 state = self._admit(req, now)
                 if state == "blocked":
@@ -134,8 +135,9 @@ class Scheduler:
             req.load_until = None
             n = min(req.total - req.computed, budget)
             if not self.residency.grow(req, req.computed + n):
-                self.residency.release(req)
-                req.computed = 0
+                if not holding:
+                    self.residency.release(req)
+                    req.computed = 0
                 break
             self.waiting.popleft()
             self.running.append(req)

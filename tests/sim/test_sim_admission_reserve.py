@@ -1,8 +1,10 @@
 """Admission of asynchronous loads beside prefills in flight, as vLLM 0.32.0 schedules them
 (`v1/core/sched/scheduler.py` _inflight_prefill_reserved_blocks), and the pass after a step whose
-only running request preempted itself, by hand."""
+only running request preempted itself, and a loaded request that cannot grow, by hand."""
 
 from __future__ import annotations
+
+import pytest
 
 import harness.sim.scheduler as scheduler_module
 from harness.sim.calibrate import predict
@@ -88,3 +90,34 @@ def test_a_pass_after_a_self_preemption_admits_instead_of_stalling(monkeypatch):
     assert passes, "the self-preemption this case was kept for no longer happens"
     assert set(points) == {"c1", "c8", "c16", "c24", "c32"}
     assert all(m["throughput_per_gpu"] and m["throughput_per_gpu"] > 0 for m in points.values())
+
+
+def test_a_loaded_request_that_cannot_grow_keeps_its_blocks_and_waits():
+    # vLLM 0.32.0 keeps a request in `kv_holding_waiting` with the blocks it loaded into when
+    # allocate_slots cannot give it the rest; running requests that then lack a block are
+    # preempted instead (only running requests are).
+    pol = OffloadResidency(40, 16, cpu_blocks=100, block_bytes=100, h2d=Channel(1500 / 7))
+    s = Scheduler(pol, max_num_seqs=8, max_num_batched_tokens=1000, mtp=Mtp(0, 1.0))
+    a = Request(0, 0, 1, 300, 200, 0.0)  # 19 blocks, then one more per 16 output tokens
+    s.add(a)
+    s.update(s.schedule(0.0), 0.1)
+    pol.cpu.store(5, 15)
+    b = Request(1, 5, 2, 300, 4, 0.1)  # 19 blocks, 15 of them loaded over 7 s
+    s.add(b)
+    t = 0.1
+    s.update(s.schedule(t), t + 0.1)  # admitted: its whole input fits (19 of 21 free)
+    assert b.blocks == 15 and b.load_until == pytest.approx(7.1)
+    t += 0.1
+    while t < b.load_until:
+        s.update(s.schedule(t), t + 0.1)
+        t += 0.1
+    # loaded; a has 72 output tokens (24 blocks), one block is free and b needs 4 more
+    assert pol.pool.available() == 1 and a.out == 72
+    batch = s.schedule(t)
+    assert b.load_until is None  # its load was seen done in this pass
+    assert [x.req.rid for x in batch] == [0]
+    assert b.blocks == 15 and b in s.waiting and b.computed == 15 * 16  # holding, not released
+    while b not in s.running:  # a runs out of blocks, preempts itself; then b takes them
+        t += 0.1
+        s.update(s.schedule(t), t + 0.1)
+    assert a.preemptions == 1 and b.blocks == 19
