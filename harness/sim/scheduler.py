@@ -15,6 +15,7 @@ One call forms one step's batch:
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.sim.mtp import Mtp
@@ -126,7 +127,7 @@ class Scheduler:
                 continue
             holding = req.blocks > 0  # its loaded prefix's blocks, allocated at admission
             if req.load_until is None and req.blocks == 0:
-                state = self._admit(req, now)
+                state = self._admit(req, now, skipped, batch)
                 if state == "blocked":
                     break
                 if state == "loading":
@@ -148,7 +149,9 @@ class Scheduler:
         self.waiting.extendleft(reversed(skipped))
         return budget
 
-    def _admit(self, req: Request, now: float) -> str:
+    def _admit(
+        self, req: Request, now: float, skipped: list[Request], batch: list[Scheduled]
+    ) -> str:
         """Prefix lookup and reserve-full-input check: 'ready', 'loading' or 'blocked'."""
         residency = self.residency
         hit = residency.lookup(req)
@@ -162,11 +165,13 @@ class Scheduler:
         # still prefilling) need to finish, plus a speculative step's blocks
         # (`v1/core/sched/scheduler.py` _inflight_prefill_reserved_blocks,
         # _spec_decode_step_blocks). Without it, loads could take the blocks a running request
-        # needed, and it preempted itself with nothing else running.
+        # needed, and it preempted itself with nothing else running. vLLM applies it whether or
+        # not the whole input must fit (`allocate_slots`' reserved_blocks is independent of
+        # full_sequence_must_fit in `v1/core/kv_cache_manager.py`), so it is not gated on it.
         if (
-            self.reserve_full_isl
-            and hit.load_bytes
-            and residency.hit_units(hit) + self._reserved_units(req) > residency.pool.available()
+            hit.load_bytes
+            and residency.hit_units(hit) + self._reserved_units(req, skipped, batch)
+            > residency.pool.available()
         ):
             return "blocked"
         residency.start(req, hit)
@@ -199,13 +204,19 @@ class Scheduler:
             return "loading" if req.load_until > now else "ready"
         return "ready"
 
-    def _reserved_units(self, req: Request) -> int:
+    def _reserved_units(
+        self, req: Request, skipped: Sequence[Request] = (), batch: Sequence[Scheduled] = ()
+    ) -> int:
+        """What the prefills in flight still need. In flight, as vLLM 0.32.0 keeps its
+        `_inflight_prefills`: a load admitted earlier (this pass's too, which wait in `skipped`),
+        and a running request still prefilling after this step's chunk in `batch`."""
         residency = self.residency
         spec = self.mtp.spec_tokens
         extra = 1 + 2 * spec if spec else 0  # the verify rows and the drafter's lookahead slots
-        inflight = [r for r in self.waiting if r.blocks and r is not req] + [
-            r for r in self.running if r.computed < r.total
-        ]
+        after_chunk = {id(x.req): x.context + x.tokens for x in batch if x.prefill}
+        loading = [r for r in (*self.waiting, *skipped) if r.blocks and r is not req]
+        prefilling = [r for r in self.running if after_chunk.get(id(r), r.computed) < r.total]
+        inflight = loading + prefilling
         reserved = sum(residency.remaining_units(r, r.total + extra) for r in inflight)
         return reserved + (residency.blocks_for(extra) * residency.resident_units if extra else 0)
 

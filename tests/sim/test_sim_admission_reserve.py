@@ -46,6 +46,31 @@ def test_a_load_waits_for_the_blocks_a_prefill_in_flight_still_needs():
     assert b.blocks == 19 and b.load_until is not None and s._reserved_units(b) == 0
 
 
+@pytest.mark.parametrize("reserve_full_isl", [True, False])
+def test_a_load_in_flight_reserves_what_it_still_needs_against_the_next_load(
+    reserve_full_isl: bool,
+):
+    # vLLM passes reserved_blocks to allocate_slots whatever scheduler_reserve_full_isl says
+    pol = OffloadResidency(48, 16, cpu_blocks=100, block_bytes=100, h2d=Channel(1e3))
+    s = Scheduler(
+        pol,
+        max_num_seqs=8,
+        max_num_batched_tokens=160,
+        mtp=Mtp(0, 1.0),
+        reserve_full_isl=reserve_full_isl,
+    )
+    pol.cpu.store(5, 19)
+    pol.cpu.store(6, 19)
+    a = Request(0, 5, 1, 480, 4, 0.0)  # 30 blocks, 19 of them loaded: 11 still to come
+    b = Request(1, 6, 1, 320, 4, 0.0)  # 20 blocks, 19 of them loaded
+    s.add(a)
+    s.add(b)
+    assert s.schedule(0.0) == []  # a loads (slowly); b's 19 + a's 11 exceed the 29 free
+    assert a.blocks == 19 and a.load_until is not None
+    assert s._reserved_units(b) == 11
+    assert b.blocks == 0 and b.load_until is None
+
+
 def test_with_no_prefill_in_flight_the_load_is_admitted_at_once():
     pol, s = _setup(48)
     a = Request(0, 0, 1, 150, 40, 0.0)  # 10 blocks, prefilled in one chunk, then decoding
@@ -75,7 +100,7 @@ def test_a_pass_after_a_self_preemption_admits_instead_of_stalling(monkeypatch):
     request needed; it preempted itself, and the engine, seeing an empty step with a finished
     load waiting, stopped as stalled. vLLM schedules the waiting requests on the next pass, and
     so does the engine now."""
-    monkeypatch.setattr(Scheduler, "_reserved_units", lambda self, req: 0)
+    monkeypatch.setattr(Scheduler, "_reserved_units", lambda self, *args: 0)
     passes = []
     schedule = Scheduler.schedule
 
