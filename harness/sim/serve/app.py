@@ -78,6 +78,13 @@ def decode_body(raw: bytes) -> dict[str, Any]:
         raise BadRequest("request body is nested too deeply") from None
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
+    try:  # "\ud800" is valid JSON but no text: the tokenizer would raise on it (a 500)
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BadRequest(
+            f"request body holds a lone surrogate (\\u{ord(exc.object[exc.start]):04x}), "
+            "which is not text"
+        ) from None
     return body
 
 
