@@ -21,6 +21,7 @@ from harness import env as harness_env
 from harness.cluster.slurm import current_job_id
 from harness.errors import RunError
 from harness.results import JobFacts, atomic_write_json, read_manifest
+from harness.serve.lifecycle import free_port
 
 
 def facts_from_environment(state: str, reason: str | None = None) -> JobFacts:
@@ -35,12 +36,6 @@ def facts_from_environment(state: str, reason: str | None = None) -> JobFacts:
         state=state,
         reason=reason,
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _record_in_manifest(run_dir: Path, facts: JobFacts) -> None:
@@ -96,7 +91,7 @@ def sweep_job(
     # its default action kills: ignored here and, inherited, in the sweep, server and client,
     # so the time limit itself (SIGTERM, then TIMEOUT) ends the run, in Slurm's words.
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-    command = [*argv, "--port", str(_free_port())] if pick_port else list(argv)
+    command = [*argv, "--port", str(free_port())] if pick_port else list(argv)
     # A node may run several sweep jobs at once: each launches its server on a free port.
     child = subprocess.Popen(command, env=harness_env.for_child(env))
     code = child.wait()  # retried across signals (PEP 475)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import datetime as dt
 import os
+import random
 import shlex
 import shutil
 import signal
@@ -106,7 +107,35 @@ def port_is_free(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) != 0
 
 
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PICK = 10_000
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768  # Linux's default range starts here
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now, chosen below the kernel's ephemeral range.
+
+    The picked port is released before the server binds it. A port from the ephemeral range
+    (a bind to port 0) could meanwhile go to any process binding port 0, which is how vLLM
+    picks its internal ports: a CI run lost a server start to exactly that ("Address already in
+    use"). Below the range only another explicit pick of the same random port can take it."""
+    low = _ephemeral_low()
+    if low > _LOWEST_PICK + 1:
+        pick = random.SystemRandom()
+        for _ in range(200):
+            port = pick.randrange(_LOWEST_PICK, low)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])

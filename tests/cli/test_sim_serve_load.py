@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import requests
 
+from harness.serve.lifecycle import free_port
 from harness.sim.serve.app import body_limit
 
 HANG_GUARD_S = 60.0  # only ends a test that would otherwise hang; never decides a verdict
@@ -113,12 +114,6 @@ main()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_tokenization_runs_on_daemon_threads(sim_http_server: tuple[str, Any]) -> None:
     _url, state = sim_http_server
     names = {t.name: t.daemon for t in threading.enumerate() if t.name.startswith("tokenize-")}
@@ -131,7 +126,7 @@ def test_sigterm_stops_the_server_while_it_tokenizes(
     # before: ThreadPoolExecutor workers are joined at exit, so the process outlived SIGTERM for
     # as long as the encode ran (measured by hand: a 15 MB body on hisparse384-1m, 88.7 s after
     # SIGTERM on main, 6.3 s with daemon tokenizer threads); here the encode never ends
-    marker, port = tmp_path / "tokenizing", _free_port()
+    marker, port = tmp_path / "tokenizing", free_port()
     args = ["sim", "serve", "--profile", "hisparse384", "--tokenizer", "tiny:tokenizer"]
     proc = subprocess.Popen(
         [sys.executable, "-c", BLOCKING_SERVER, str(marker), *args, "--port", str(port)],
