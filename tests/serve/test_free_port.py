@@ -12,16 +12,24 @@ from harness.serve import lifecycle
 from harness.serve.lifecycle import free_port
 
 
+def _kernel_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    span = tmp_path / "ip_local_port_range"
+    span.write_text(text)
+    monkeypatch.setattr(lifecycle, "_EPHEMERAL_RANGE", span)
+
+
+def _assert_bindable(port: int) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
 def test_the_port_is_below_the_ephemeral_range_and_bindable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    span = tmp_path / "ip_local_port_range"
-    span.write_text("40000\t60999\n")
-    monkeypatch.setattr(lifecycle, "_EPHEMERAL_RANGE", span)
+    _kernel_range(tmp_path, monkeypatch, "40000\t60999\n")
     ports = {free_port() for _ in range(20)}
     assert all(10_000 <= p < 40_000 for p in ports)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", ports.pop()))  # free as promised
+    _assert_bindable(ports.pop())  # free as promised
 
 
 def test_a_busy_port_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -46,10 +54,7 @@ def test_a_busy_port_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_without_room_below_the_range_the_kernel_picks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    span = tmp_path / "ip_local_port_range"
-    span.write_text("1024 65535\n")
-    monkeypatch.setattr(lifecycle, "_EPHEMERAL_RANGE", span)
+    _kernel_range(tmp_path, monkeypatch, "1024 65535\n")
     port = free_port()
     assert 1024 <= port <= 65535
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", port))
+    _assert_bindable(port)
