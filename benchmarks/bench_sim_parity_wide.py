@@ -26,7 +26,8 @@ Real runs take 2-5 minutes each on the shared 2 cores; not for CI. The verdict d
 depend on the load, the run time does.
 
 Run:  PYTHONPATH=$PWD /work/main/.venv/bin/python benchmarks/bench_sim_parity_wide.py OUT
-      [--pools 16,24,32] [--repeats 3] [--servers 1] [--port N] [--seeds 16] [--smoke]
+      [--pools 16,24,32] [--repeats 3] [--servers 1] [--port N] [--seeds 16] [--reply 64]
+      [--smoke]
       (--smoke: one pool, one repeat, c2 only). Finished sweeps under OUT are reused.
 """
 
@@ -69,7 +70,13 @@ def sweep(out: Path, run_id: str, repeats: int, port: int | None, *sets: str) ->
 
 
 def measure(
-    out: Path, pools: list[int], repeats: int, servers: int, port: int | None, points: str
+    out: Path,
+    pools: list[int],
+    repeats: int,
+    servers: int,
+    port: int | None,
+    points: str,
+    reply: int,
 ) -> list[Path]:
     runs = []
     for pool in pools:
@@ -84,6 +91,7 @@ def measure(
                     # the smallest pool's 16 blocks x 128 tokens, less vLLM's null block
                     "serve.max-model-len=1920",
                     points,
+                    f"sweep.max_tokens={reply}",
                 )
             )
     return runs
@@ -168,6 +176,13 @@ def main() -> int:
     ap.add_argument("--port", type=int, help="the servers' port (default: the profile's)")
     ap.add_argument("--seeds", type=int, default=16, help="seeded replays per prediction")
     ap.add_argument(
+        "--reply",
+        type=int,
+        default=64,
+        help="tokens per reply (the workload's 64 by default; longer replies cross more block "
+        "boundaries while decoding, so the points preempt more often)",
+    )
+    ap.add_argument(
         "--no-stalls",
         dest="stalls",
         action="store_false",
@@ -180,8 +195,8 @@ def main() -> int:
     if opts.smoke:
         pools, repeats, servers, points = pools[:1], 1, 1, SMOKE_POINTS
     opts.out.mkdir(parents=True, exist_ok=True)
-    runs = measure(opts.out, pools, repeats, servers, opts.port, points)
-    base = sweep(opts.out, "base", 1, opts.port, BASE_POINTS)
+    runs = measure(opts.out, pools, repeats, servers, opts.port, points, opts.reply)
+    base = sweep(opts.out, "base", 1, opts.port, BASE_POINTS, f"sweep.max_tokens={opts.reply}")
     cells: dict[tuple[int, int], list[ParityRow]] = defaultdict(list)
     base_cells: dict[tuple[int, int], list[ParityRow]] = defaultdict(list)
     paces: list[str] = []

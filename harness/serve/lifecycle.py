@@ -130,11 +130,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         pick = random.SystemRandom()
         for _ in range(200):
             port = pick.randrange(_LOWEST_PICK, low)
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                try:
-                    sock.bind((host, port))
-                except OSError:
-                    continue
+            if port_is_free(host, port):
                 return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
