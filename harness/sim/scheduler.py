@@ -177,8 +177,12 @@ class Scheduler:
         residency.start(req, hit)
         bt = residency.block_tokens
         c = self.counters
-        c.prefix_queries += req.total
-        c.prefix_hits += hit.gpu_blocks * bt
+        if req.preemptions == 0:
+            # vLLM 0.32.0 files a resumed request's lookup apart (`PrefixCacheStats.record` in
+            # v1/metrics/stats.py: preempted_queries/hits) and exports only the others as
+            # vllm:prefix_cache_queries/hits (v1/metrics/loggers.py)
+            c.prefix_queries += req.total
+            c.prefix_hits += hit.gpu_blocks * bt
         if req.preemptions == 0 and req.cached_at_start == 0:
             req.cached_at_start = (hit.gpu_blocks + hit.external_blocks) * bt
         if hit.external_blocks == 0:

@@ -145,6 +145,31 @@ def test_newest_running_request_is_preempted_first():
     assert reqs[2].computed == 0 and pol.pool.cached_blocks(2) == 1
 
 
+def test_a_resumed_requests_hit_is_not_counted_in_the_prefix_cache_counters():
+    """vLLM 0.32.0 counts a preempted request's lookups apart (preempted_queries/hits, not
+    exported): /metrics' prefix-cache counters see only first admissions."""
+    pol = GpuResidency(7, 16)
+    s = sched(pol, budget=1000)
+    a, b = req(0, 0, 48, out=10), req(1, 1, 48, out=30)  # 3 blocks each, 1 free
+    s.add(a)
+    s.add(b)
+    s.update(s.schedule(0.0), 1.0)
+    # a's 49th token takes the free block; b's finds none and b, the newest, preempts itself:
+    # its 3 blocks stay cached, and a (58 tokens, 4 blocks) never needs them
+    s.update(s.schedule(1.0), 2.0)
+    assert b.preemptions == 1 and pol.pool.cached_blocks(1) == 3
+    t, resumed = 2.0, []
+    while not resumed:  # b needs 4 blocks (49 tokens): it waits for a to finish
+        batch = s.schedule(t)
+        resumed = [x for x in batch if x.req is b]
+        t += 1.0
+        s.update(batch, t)
+        assert t < 100
+    assert a.done and resumed[0].context == 48  # its 3 cached blocks were a hit ...
+    # ... but the counters hold the two first admissions only: 2 x 48 queried, none hit
+    assert (s.counters.prefix_queries, s.counters.prefix_hits) == (96, 0)
+
+
 # ------------------------------------------------------------------ offloading
 
 
