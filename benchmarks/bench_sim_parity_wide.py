@@ -51,7 +51,7 @@ BASE_POINTS = "sweep.points=[[1,2],[4,8]]"
 POINTS = "sweep.points=[[4,16],[8,32]]"
 SMOKE_POINTS = "sweep.points=[[2,2]]"
 # Replies of 1.5 blocks: every turn crosses a block boundary while it decodes, so a point
-# preempts 6-33 times where the workload's 64-token replies preempt 0-2 times, a count no
+# preempts 5-38 times where the workload's 64-token replies preempt 0-2 times, a count no
 # +-50 % target can be held to (docs/simulator.md §6c). The longest turn, 4, stays within
 # max-model-len: ~1,460 prompt tokens + 192.
 REPLY_TOKENS = 192
