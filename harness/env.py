@@ -54,6 +54,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("REPRO_CPU_EXTRA_INDEX_URL", "list", "none",
              "extra package indexes (space separated) for CPU builds"),
     Variable("REPRO_PAD_CACHE", "flag", "on", "reuse the dataset builder's cached pad pools"),
+    Variable("REPRO_SCHED_TRACE", "path", "none (no trace)",
+             "the scheduler trace file, read inside a vLLM server started with the tracer"),
     Variable("REPRO_PYTHON_", "path", "python<M.m> on PATH",
              "the interpreter for builds pinned to Python M.m (REPRO_PYTHON_3_11)", family=True),
     Variable("REPRO_PREBUILT_WHEEL_", "path", "the build's prebuilt_wheel",

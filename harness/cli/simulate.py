@@ -265,3 +265,37 @@ def parity(
     for miss in target_misses(rows):
         click.echo(f"  outside the parity targets: {miss}")
     click.echo(str(sim_dir))
+
+
+@simulate.command("trace-check")
+@path_option(
+    "--trace", "trace", exists=True, dir_okay=False, required=True, help="A scheduler trace."
+)
+@click.option(
+    "--show",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="Print this many divergent steps.",
+)
+def trace_check(trace: Path, show: int) -> None:
+    """Replay a real vLLM scheduler trace through the simulator's scheduler, step by step.
+
+    The trace comes from a server started with the tracing scheduler (`repro sweep ...
+    --set serve.scheduler-cls=repro_sched_trace.TracingScheduler` and the two env overrides
+    `harness/serve/sched_trace.py` names; `benchmarks/bench_sim_parity_wide.py --trace` adds
+    them). Requests enter and steps end when vLLM's did, so what is compared is the scheduling
+    alone: each step's tokens per request and its preemptions. Exits 1 if any step differs.
+
+    \b
+    Example:
+      repro simulate trace-check --trace results/p16-trace.jsonl
+    """
+    from harness.sim.trace_check import check_trace
+
+    result = check_trace(trace, keep=show)
+    click.echo(result.summary())
+    for divergence in result.divergences:
+        click.echo("  " + divergence.describe(result.names))
+    if not result.exact:
+        raise SystemExit(1)

@@ -43,7 +43,7 @@ from harness.sim.mtp import Mtp
 from harness.sim.parity_spread import draw_delay, overhead_spread_s
 from harness.sim.parity_stalls import StallWindows
 from harness.sim.request import Request
-from harness.sim.residency import GpuResidency
+from harness.sim.residency import GpuResidency, Hit
 from harness.sim.scheduler import Scheduler
 
 # vLLM 0.32.0 on CPU (engine/arg_utils.py, the OpenAI server's CPU defaults; platforms/cpu.py
@@ -368,18 +368,36 @@ def _resent_reply_excess(run: Run, points: list[PointDeltas]) -> float:
 
 
 class ResentResidency(GpuResidency):
-    """GPU-only caching where a finished turn leaves only its prompt's full blocks reusable.
+    """GPU-only caching where the next turn can hit only the previous turn's prompt blocks.
 
     The next turn re-sends the reply as text, re-tokenised with its template; for the tiny
     random-weight models that rarely gives back the generated tokens, so the prefix hit ends
     with the previous prompt (the base run's hits are exactly its previous prompts' full
-    blocks). A preempted request keeps its output blocks: it resumes with the same tokens.
+    blocks). vLLM still keeps every full block of the finished turn, its reply's included, in
+    the prefix cache (hashed when filled), where they wait in LRU order with the rest and are
+    evicted tail first, after every never-cached block (vLLM 0.32.0 `v1/core/block_pool.py`
+    free_blocks: blocks without a hash go to the free queue's front, hashed ones to its end);
+    the scheduler trace showed the difference (docs/simulator.md §6c, *Scheduler trace*). A
+    preempted request keeps its output blocks hittable: it resumes with the same tokens.
     """
 
-    def full_blocks(self, req: Request) -> int:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hittable: dict[int, int] = {}  # conv -> blocks its next turn can hit
+
+    def release(self, req: Request) -> None:
         if req.done:
-            return min(req.computed, req.prompt) // self.block_tokens
-        return req.computed // self.block_tokens
+            self.hittable[req.conv] = min(req.computed, req.prompt) // self.block_tokens
+        else:
+            self.hittable.pop(req.conv, None)
+        super().release(req)
+
+    def lookup(self, req: Request) -> Hit:
+        hit = super().lookup(req)
+        cap = self.hittable.get(req.conv)
+        if cap is None or hit.gpu_blocks <= cap:
+            return hit
+        return replace(hit, gpu_blocks=cap)
 
 
 @dataclass

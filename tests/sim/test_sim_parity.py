@@ -77,18 +77,44 @@ def test_manifest_workload_takes_the_assumed_reply_out_of_templated_counts(tmp_p
         manifest_workload(path)
 
 
-def test_finished_turn_leaves_only_its_prompt_blocks_but_a_preempted_one_keeps_output():
+def test_finished_turn_keeps_its_reply_blocks_cached_but_the_next_turn_hits_only_its_prompt():
     pol = ResentResidency(20, 128)
     done = Request(0, conv=1, turn=1, prompt=300, max_out=100, arrival=0.0)
     pol.grow(done, 400)
     done.computed, done.out = 399, 100
     pol.release(done)
-    assert pol.pool.cached_blocks(1) == 2  # 300 // 128: the reply is re-tokenised next turn
-    live = Request(1, conv=2, turn=1, prompt=300, max_out=100, arrival=0.0)
+    # vLLM hashes every full block, the reply's too: 399 // 128 = 3 stay cached ...
+    assert pol.pool.cached_blocks(1) == 3
+    # ... but the next turn re-sends the reply re-tokenised: it hits 300 // 128 = 2 of them
+    nxt = Request(1, conv=1, turn=2, prompt=520, max_out=100, arrival=0.0)
+    assert pol.lookup(nxt).gpu_blocks == 2
+    live = Request(2, conv=2, turn=1, prompt=300, max_out=100, arrival=0.0)
     pol.grow(live, 400)
     live.computed, live.out = 390, 91
     pol.release(live)
     assert pol.pool.cached_blocks(2) == 3  # 390 // 128: it resumes with the same tokens
+    live.computed = 0
+    assert pol.lookup(live).gpu_blocks == 3
+
+
+def test_never_cached_blocks_are_reused_before_a_finished_turns_reply_blocks():
+    # vLLM 0.32.0 block_pool.free_blocks: a block without a hash goes to the free queue's
+    # front, hashed ones (the reply's full blocks included) to its end. 6 usable blocks: a turn
+    # of 300 + 340 tokens (5 blocks: 4 full, 1 partial) finishes; a request then takes 2 blocks:
+    # the free one and the partial one, so all 4 cached blocks and the 2-block hit survive.
+    pol = ResentResidency(6, 128)
+    done = Request(0, conv=1, turn=1, prompt=300, max_out=340, arrival=0.0)
+    pol.grow(done, 640)
+    done.computed, done.out = 639, 340
+    pol.release(done)
+    other = Request(1, conv=2, turn=1, prompt=200, max_out=10, arrival=0.0)
+    assert pol.grow(other, 200)
+    assert pol.pool.cached_blocks(1) == 4
+    # a third block comes from the LRU cache, tail first: the reply's last block
+    assert pol.grow(other, 300)
+    assert pol.pool.cached_blocks(1) == 3
+    nxt = Request(2, conv=1, turn=2, prompt=700, max_out=10, arrival=0.0)
+    assert pol.lookup(nxt).gpu_blocks == 2
 
 
 def _sched(usable: int) -> Scheduler:
