@@ -42,8 +42,10 @@ from collections import defaultdict
 from pathlib import Path
 from statistics import mean
 
+from harness.serve.sched_trace import trace_overrides
 from harness.sim.parity_run import ParityRow, pace_lines, parity_rows, predict_run
 from harness.sim.parity_spread import total_interval
+from harness.sim.trace_check import check_trace
 
 BASE_POINTS = "sweep.points=[[1,2],[4,8]]"
 # 16 and 32 conversations x 4 turns: points of 5-40 s, so that the 0.25 s gauge scrapes give
@@ -90,14 +92,17 @@ def measure(
     port: int | None,
     points: str,
     reply: int,
+    trace: bool = False,
 ) -> list[Path]:
     runs = []
     for pool in pools:
         for server in range(servers):
+            run_id = f"p{pool}-s{server}"
+            traced = trace_overrides(trace_path(out, run_id)) if trace else []
             runs.append(
                 sweep(
                     out,
-                    f"p{pool}-s{server}",
+                    run_id,
                     repeats,
                     port,
                     reply,
@@ -105,9 +110,14 @@ def measure(
                     # the smallest pool's 16 blocks x 128 tokens, less vLLM's null block
                     "serve.max-model-len=1920",
                     points,
+                    *traced,
                 )
             )
     return runs
+
+
+def trace_path(out: Path, run_id: str) -> Path:
+    return out / f"{run_id}.sched-trace.jsonl"
 
 
 def _pool(run: Path) -> int:
@@ -201,6 +211,12 @@ def main() -> int:
         action="store_false",
         help="seeded replays without the points' shared pauses (harness/sim/parity_stalls.py)",
     )
+    ap.add_argument(
+        "--trace",
+        action="store_true",
+        help="record each pool server's scheduler decisions (OUT/<run>.sched-trace.jsonl) and "
+        "replay them through the simulator's scheduler (harness/sim/trace_check.py)",
+    )
     ap.add_argument("--smoke", action="store_true")
     opts = ap.parse_args()
     pools = [int(p) for p in opts.pools.split(",")]
@@ -208,7 +224,14 @@ def main() -> int:
     if opts.smoke:
         pools, repeats, servers, points = pools[:1], 1, 1, SMOKE_POINTS
     opts.out.mkdir(parents=True, exist_ok=True)
-    runs = measure(opts.out, pools, repeats, servers, opts.port, points, opts.reply)
+    runs = measure(opts.out, pools, repeats, servers, opts.port, points, opts.reply, opts.trace)
+    for real in runs:  # the scheduling logic alone, at vLLM's own timing
+        traced = trace_path(opts.out, real.name)
+        if traced.is_file():
+            check = check_trace(traced)
+            print(check.summary())
+            for divergence in check.divergences[:5]:
+                print("  " + divergence.describe(check.names))
     base = sweep(opts.out, "base", 1, opts.port, opts.reply, BASE_POINTS)
     cells: dict[tuple[int, int], list[ParityRow]] = defaultdict(list)
     base_cells: dict[tuple[int, int], list[ParityRow]] = defaultdict(list)

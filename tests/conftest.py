@@ -165,6 +165,17 @@ def server_factory(cpu_build, tmp_path_factory: pytest.TempPathFactory) -> Itera
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def traced_pressure_server(server_factory, tmp_path_factory: pytest.TempPathFactory):
+    """(the shared cpu-tiny-pressure server, its scheduler trace): vLLM's own scheduler with
+    each decision recorded (harness/serve/sched_trace.py), for `harness.sim.trace_check`. One
+    server for every test that needs the 16-block pool; the trace covers its whole lifetime."""
+    from harness.serve.sched_trace import trace_overrides
+
+    trace = tmp_path_factory.getbasetemp() / "pressure-sched-trace.jsonl"
+    return server_factory("cpu-tiny-pressure", overrides=trace_overrides(trace)), trace
+
+
 @pytest.fixture(scope="module")
 def sim_http_server() -> Iterator[tuple[str, object]]:
     """The simulated engine behind HTTP, in this process, on a free loopback port (one per module)."""

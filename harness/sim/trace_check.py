@@ -156,7 +156,10 @@ class _RecordingScheduler(Scheduler):
 
 
 def _output_lengths(events: list[dict[str, Any]]) -> dict[str, int]:
-    return {e["id"]: int(e["out"]) for e in events if e["ev"] == "free"}
+    """Output tokens of each request that ran to its end (an aborted one stops at the abort)."""
+    return {
+        e["id"]: int(e["out"]) for e in events if e["ev"] == "free" and e.get("status") != ABORTED
+    }
 
 
 def _drop(sched: Scheduler, req: Request) -> None:

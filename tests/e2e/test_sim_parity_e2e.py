@@ -37,13 +37,15 @@ def _sweep(server, profile: str, points: str, out, run_id: str, extra: tuple[str
     )
 
 
-def test_simulator_predicts_the_pressured_cpu_server(server_factory, tmp_path):
+def test_simulator_predicts_the_pressured_cpu_server(
+    server_factory, traced_pressure_server, tmp_path
+):
     base = _sweep(server_factory("cpu-tiny"), "cpu-tiny", "[[1,2],[4,8]]", tmp_path, "base")
     # Occupancy is a mean over the scrapes where something runs, and under this pressure only
     # about a third of them do: 16 requests at 0.5 s scrapes gave ~10 such samples and read
     # 1.30-2.20 on one server across runs. 48 requests at 0.2 s give ~80.
     pressured = _sweep(
-        server_factory("cpu-tiny-pressure"),
+        traced_pressure_server[0],
         "cpu-tiny-pressure",
         "[[8,16]]",
         tmp_path,

@@ -23,6 +23,7 @@ from harness.errors import RunError
 from harness.results import load_run
 from harness.run.sweep import SweepRequest, run_sweep
 from harness.sim.parity import point_deltas
+from harness.sim.trace_check import check_trace
 
 QUIET = {"echo": lambda _msg: None}
 
@@ -148,8 +149,8 @@ def test_mtp_sweep_measures_acceptance_from_server_counters(server_factory, tmp_
     assert list(summary["point_id"]) == ["p001-n0001-r0", "p004-n0004-r0"]
 
 
-def test_pressure_sweep_preempts_and_caps_occupancy(server_factory, tmp_path):
-    server = server_factory("cpu-tiny-pressure")
+def test_pressure_sweep_preempts_and_caps_occupancy(traced_pressure_server, tmp_path):
+    server, trace = traced_pressure_server
     # Longer replies grow each running request by ~1.5 KV blocks per turn: with 16 blocks the
     # scheduler must preempt (64-token replies were admitted without any preemption).
     run_dir = run_sweep(
@@ -179,6 +180,15 @@ def test_pressure_sweep_preempts_and_caps_occupancy(server_factory, tmp_path):
     assert top.metrics["mtp_acceptance_length"] is None  # no speculative decoding here
     assert top.metrics["prefix_cache_hit_rate"] is not None
     assert_metrics_match(run_dir)
+    # The simulator's scheduler, fed the same requests at the same moments, makes every
+    # decision vLLM made on this server, preemptions included (harness/sim/trace_check.py).
+    check = check_trace(trace)
+    # c1 x 1 conversation and c8 x 8, four turns each: 36 requests at least (warm-ups besides)
+    assert check.requests >= 36 and check.real_preemptions > 0, check.summary()
+    assert check.exact, "\n".join(
+        [check.summary(), *(d.describe(check.names) for d in check.divergences)]
+    )
+    assert check.sim_preemptions == check.real_preemptions
 
 
 def test_resume_after_interrupt_gives_the_same_summary(server_factory, tmp_path):
