@@ -1,16 +1,15 @@
 """Start a vLLM server with its scheduler's decisions recorded (`harness.sim.trace_check`).
 
-The tracer (`vllm_side/repro_sched_trace.py`) subclasses vLLM's own scheduler inside the
-server's Python and changes nothing it decides. A profile override list turns it on for one
-run: the scheduler class, this repository's `vllm_side` folder on the server's PYTHONPATH, and
-the trace file.
+The tracer (`harness/data/vllm_side/repro_sched_trace.py`) subclasses vLLM's own scheduler
+inside the server's Python and changes nothing it decides. A profile override list turns it on
+for one run: the scheduler class, that folder on the server's PYTHONPATH, and the trace file.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-VLLM_SIDE = Path(__file__).resolve().parent / "vllm_side"
+VLLM_SIDE = Path(__file__).resolve().parents[1] / "data" / "vllm_side"
 TRACING_SCHEDULER = "repro_sched_trace.TracingScheduler"
 TRACE_ENV = "REPRO_SCHED_TRACE"
 

@@ -28,7 +28,7 @@ from harness.sim.parity import ResentResidency
 from harness.sim.request import Request
 from harness.sim.scheduler import Scheduled, Scheduler
 
-TRACE_VERSION = 1  # harness/serve/vllm_side/repro_sched_trace.py TRACE_VERSION
+TRACE_VERSION = 1  # harness/data/vllm_side/repro_sched_trace.py TRACE_VERSION
 ABORTED = "FINISHED_ABORTED"
 
 
@@ -233,9 +233,9 @@ def check_trace(path: Path | str, *, keep: int = 20) -> TraceCheck:
             batch = []
         elif kind == "free":
             result.real_finished += 1
-            req = by_id.get(event["id"])
-            if event.get("status") == ABORTED and req is not None and not req.done:
-                _drop(sched, req)
-                batch = [item for item in batch if item.req is not req]
+            gone = by_id.get(event["id"])
+            if event.get("status") == ABORTED and gone is not None and not gone.done:
+                _drop(sched, gone)
+                batch = [item for item in batch if item.req is not gone]
                 result.sim_finished += 1  # both sides let it go here
     return result
