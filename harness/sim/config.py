@@ -253,6 +253,7 @@ class SimSetup:
             )
         else:
             pol = GpuResidency(self.pool_units, block_tokens, self.prefix_caching)
+        pol.drop_last_hit_block = self.spec_tokens > 0
         rf = self.roofline
         accept = rf.acceptance_length if self.spec_tokens else 1.0
         mtp = Mtp(self.spec_tokens, accept, rf.acceptance_spread)

@@ -35,6 +35,7 @@ from harness.analysis.metrics import counter_delta
 from harness.client.scrape import read_samples_csv
 from harness.errors import ConfigError, RunError
 from harness.results import PointRecord, Run, RunLayout, load_run
+from harness.serve.sched_trace import TRACING_SCHEDULER
 from harness.serve.tiny.models import model_spec
 from harness.sim.client import Workload
 from harness.sim.cost import StepStats
@@ -107,6 +108,8 @@ def cpu_serve(profile: dict[str, Any]) -> CpuServe:
     kv_bytes_per_token = tiny_kv_bytes_per_token(str(profile.get("model")))
     serve = dict(profile.get("serve") or {})
     for key, value in serve.items():
+        if key == "scheduler-cls" and value == TRACING_SCHEDULER:
+            continue  # vLLM's own scheduler, its decisions recorded (harness/serve/sched_trace.py)
         if key not in CPU_MODELLED and key not in CPU_NO_EFFECT:
             raise ConfigError(
                 f"{where}: serve.{key}: {value!r}: the CPU parity model does not model this option"

@@ -63,6 +63,11 @@ class GpuResidency:
         self.copies_submitted = 0
         self.copy_pages = 0  # descriptors per block moved (pool.connector_pages_per_block)
         self.copy_submit_s = 0.0  # worker CPU per descriptor (the engine sets its cost model's)
+        # With an EAGLE/MTP drafter vLLM recomputes the last block of every prefix hit: the
+        # drafter needs the hidden states of the tokens before the generation point (vLLM
+        # 0.32.0 `v1/core/single_type_kv_cache_manager.py` find_longest_cache_hit,
+        # drop_eagle_block). The scheduler trace found it (docs/simulator.md §6c).
+        self.drop_last_hit_block = False
 
     def start_load(self, now: float, hit: Hit) -> float:
         """Submit the copy of a host hit's blocks; when it is done. Without a host pool there is
@@ -92,10 +97,16 @@ class GpuResidency:
         own = req.computed_before_preemption // self.block_tokens
         return min(whole, max(req.hit_cap_blocks, own))
 
+    def hit_cap(self, *found: int) -> int:
+        """The blocks a hit can take, given what each cache found (already capped by
+        max_hit_blocks): the longest, one block short with an EAGLE/MTP drafter."""
+        top = max(found)
+        return top - 1 if self.drop_last_hit_block and top > 0 else top
+
     # -- admission
     def lookup(self, req: Request) -> Hit:
         gpu = min(self.pool.cached_blocks(req.conv), self.max_hit_blocks(req))
-        return Hit(gpu, 0, 0)
+        return Hit(self.hit_cap(gpu), 0, 0)
 
     def admission_units(self, req: Request, hit: Hit) -> int:
         """Units the whole input needs (reserve-full-input admission): its new blocks and its GPU
@@ -104,6 +115,12 @@ class GpuResidency:
         evictable hit blocks. Counting the new ones alone admitted a request whose growth then
         failed, and a queue of them stalled."""
         return self.blocks_for(req.total) * self.resident_units
+
+    def first_chunk_fits(self, req: Request, hit: Hit, tokens: int) -> bool:
+        """Whether an admitted request's first allocation, `tokens` slots with its hit's
+        blocks among them, fits the free and evictable units (vLLM 0.32.0 `allocate_slots`
+        counts a hit's evictable blocks as needed, like `admission_units`)."""
+        return self.blocks_for(tokens) * self.resident_units <= self.pool.available()
 
     def remaining_units(self, req: Request, tokens: int) -> int:
         """Units req still needs to hold `tokens` (vLLM 0.32.0 `v1/core/sched/scheduler.py`
@@ -233,7 +250,9 @@ class OffloadResidency(GpuResidency):
     def lookup(self, req: Request) -> Hit:
         gpu = min(self.pool.cached_blocks(req.conv), self.max_hit_blocks(req))
         cpu = min(self.cpu.lookup(req.conv), self.max_hit_blocks(req))
-        ext = max(0, cpu - gpu)
+        cap = self.hit_cap(gpu, cpu)
+        gpu = min(gpu, cap)
+        ext = max(0, min(cpu, cap) - gpu)
         return Hit(gpu, ext, ext * self.block_bytes)
 
     def attach_external(self, req: Request, hit: Hit) -> bool:
@@ -373,7 +392,9 @@ class HiSparseResidency(GpuResidency):
         host = min(
             self.host.lookup(req.conv), self.indexer_cpu.lookup(req.conv), self.max_hit_blocks(req)
         )
-        ext = max(0, host - gpu)
+        cap = self.hit_cap(gpu, host)
+        gpu = min(gpu, cap)
+        ext = max(0, min(host, cap) - gpu)
         return Hit(gpu, ext, ext * self.indexer_block_bytes, offloaded=ext > 0)
 
     def admission_units(self, req: Request, hit: Hit) -> int:
@@ -392,6 +413,11 @@ class HiSparseResidency(GpuResidency):
         need = min(resident, offloaded)
         # Pages that host-resident decoding would hand back also count as room.
         return max(0, need - self.reclaimable(exclude=req))
+
+    def first_chunk_fits(self, req: Request, hit: Hit, tokens: int) -> bool:
+        """HiSparse grows by relieving the pool (requests go host-resident), which this
+        check cannot foresee: its admission is `admission_units` alone."""
+        return True
 
     def remaining_units(self, req: Request, tokens: int) -> int:
         """Lazy: vLLM caps the resident (latent) blocks a request is counted for at its

@@ -80,7 +80,10 @@ class Scheduler:
             req = self.running[i]
             want = self.mtp.verify_width if req.decoding else req.total - req.computed
             n = min(want, budget)
-            lookahead = self.mtp.spec_tokens if req.decoding else 0
+            # the drafter's slots are reserved for every scheduled request, a prefill chunk's
+            # too (vLLM 0.32.0 `v1/core/sched/scheduler.py` schedule: allocate_slots(...,
+            # num_lookahead_tokens=self.num_lookahead_tokens))
+            lookahead = self.mtp.spec_tokens
             gone = False
             while not self.residency.grow(req, req.computed + n + lookahead):
                 victim = self.running.pop()
@@ -127,7 +130,7 @@ class Scheduler:
                 continue
             holding = req.blocks > 0  # its loaded prefix's blocks, allocated at admission
             if req.load_until is None and req.blocks == 0:
-                state = self._admit(req, now, skipped, batch)
+                state = self._admit(req, now, skipped, batch, budget)
                 if state == "blocked":
                     break
                 if state == "loading":
@@ -135,7 +138,10 @@ class Scheduler:
                     continue
             req.load_until = None
             n = min(req.total - req.computed, budget)
-            if not self.residency.grow(req, req.computed + n):
+            # an admission reserves the drafter's lookahead slots too (scheduler.py: the
+            # waiting loop's allocate_slots(..., num_lookahead_tokens=...)); the whole-input
+            # check before it does not (`_admit`)
+            if not self.residency.grow(req, req.computed + n + self.mtp.spec_tokens):
                 if not holding:
                     self.residency.release(req)
                     req.computed = 0
@@ -150,7 +156,12 @@ class Scheduler:
         return budget
 
     def _admit(
-        self, req: Request, now: float, skipped: list[Request], batch: list[Scheduled]
+        self,
+        req: Request,
+        now: float,
+        skipped: list[Request],
+        batch: list[Scheduled],
+        budget: int,
     ) -> str:
         """Prefix lookup and reserve-full-input check: 'ready', 'loading' or 'blocked'."""
         residency = self.residency
@@ -159,6 +170,16 @@ class Scheduler:
             self.reserve_full_isl
             and residency.admission_units(req, hit) > residency.pool.available()
         ):
+            return "blocked"
+        # vLLM then allocates the first chunk with the drafter's lookahead slots, which the
+        # whole-input check leaves out; if they do not fit it stops there and nothing changes
+        # (`allocate_slots` returns None before touching the hit). Checked before the hit is
+        # taken: a failed admission must not give the hit's blocks back as free ones.
+        # An asynchronous load allocates only its loaded blocks now (no new work until the
+        # load is done: `num_new_tokens = 0`), against the reservation below.
+        hit_tokens = (hit.gpu_blocks + hit.external_blocks) * residency.block_tokens
+        first_end = hit_tokens + min(req.total - hit_tokens, budget) + self.mtp.spec_tokens
+        if not hit.load_bytes and not residency.first_chunk_fits(req, hit, first_end):
             return "blocked"
         # An asynchronous load holds its blocks with no forward progress, so vLLM 0.32.0 admits
         # one only if they fit beside what the prefills in flight (loading, or admitted and

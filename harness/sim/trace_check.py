@@ -16,6 +16,7 @@ the prefix-cache identity vLLM hashes; a finished turn leaves its prompt's full 
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,6 +40,18 @@ class TraceHeader:
     max_num_seqs: int
     max_num_batched_tokens: int
     prefix_caching: bool
+    spec_tokens: int = 0  # num_speculative_tokens (a trace without it: none)
+
+
+@dataclass(frozen=True)
+class TracedMtp(Mtp):
+    """Speculative decoding with vLLM's own acceptances: each decode step emits what the
+    request received in that step of the trace (`counts`, set before each update)."""
+
+    counts: dict[int, int] = field(default_factory=dict, compare=False)
+
+    def emitted(self, step_index: int, stream: int = 0) -> int:
+        return self.counts.get(stream, 1)
 
 
 @dataclass(frozen=True)
@@ -93,7 +106,8 @@ class TraceCheck:
 
 
 def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with path.open(encoding="utf-8") as handle:
+    opener = gzip.open if path.suffix == ".gz" else open  # traces compress ~10x
+    with opener(path, "rt", encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
@@ -130,6 +144,7 @@ def read_trace(path: Path | str) -> tuple[TraceHeader, list[dict[str, Any]]]:
                     max_num_seqs=int(record["max_num_seqs"]),
                     max_num_batched_tokens=int(record["max_num_batched_tokens"]),
                     prefix_caching=bool(record["prefix_caching"]),
+                    spec_tokens=int(record.get("spec_tokens", 0)),
                 )
             except KeyError as exc:
                 raise ConfigError(f"{path}:{number}: trace header without {exc}") from None
@@ -176,11 +191,13 @@ def check_trace(path: Path | str, *, keep: int = 20) -> TraceCheck:
     path = Path(path)
     header, events = read_trace(path)
     residency = ResentResidency(header.num_blocks - 1, header.block_tokens, header.prefix_caching)
+    residency.drop_last_hit_block = header.spec_tokens > 0
+    mtp = TracedMtp(header.spec_tokens, float(header.spec_tokens + 1))
     sched = _RecordingScheduler(
         residency,
         max_num_seqs=header.max_num_seqs,
         max_num_batched_tokens=header.max_num_batched_tokens,
-        mtp=Mtp(0, 1.0),
+        mtp=mtp,
     )
     result = TraceCheck(path, header)
     out_len = _output_lengths(events)
@@ -229,6 +246,9 @@ def check_trace(path: Path | str, *, keep: int = 20) -> TraceCheck:
                         )
                     )
         elif kind == "upd":
+            received = event.get("out") or {}
+            mtp.counts.clear()
+            mtp.counts.update({by_id[k].rid: int(v) for k, v in received.items() if k in by_id})
             result.sim_finished += len(sched.update(batch, float(event["t"])))
             batch = []
         elif kind == "free":

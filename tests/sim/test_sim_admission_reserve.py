@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-import harness.sim.scheduler as scheduler_module
-from harness.sim.calibrate import predict
 from harness.sim.mtp import Mtp
 from harness.sim.request import Request
 from harness.sim.residency import Channel, OffloadResidency
@@ -83,38 +81,39 @@ def test_with_no_prefill_in_flight_the_load_is_admitted_at_once():
     assert b.blocks == 19 and b.load_until is not None  # loading: decodes reserve nothing
 
 
-# Fitted values met on 2026-12-06 (a calibration step) with which the engine once stopped
-STALLED_AT = {
-    "hbm_eff": 0.6646398502648573,
-    "gather_eff": 0.23563334960724072,
-    "kernel_floor_us": 38.31962823003712,
-    "acceptance_length": 3.557906502648573,
-    "miss_rate": 0.2948371495093064,
-    "runtime_gib": 9.606400272947827,
-    "host_bytes_scale": 1.1726163464488166,
-}
-
-
-def test_a_pass_after_a_self_preemption_admits_instead_of_stalling(monkeypatch):
-    """Without the reservation, loads took the blocks the offloading c24 point's one running
-    request needed; it preempted itself, and the engine, seeing an empty step with a finished
-    load waiting, stopped as stalled. vLLM schedules the waiting requests on the next pass, and
-    so does the engine now."""
-    monkeypatch.setattr(Scheduler, "_reserved_units", lambda self, *args: 0)
-    passes = []
-    schedule = Scheduler.schedule
-
-    def counting(self, now):
-        batch = schedule(self, now)
-        if not batch and self.preempted_in_last_schedule:
-            passes.append(now)
-        return batch
-
-    monkeypatch.setattr(scheduler_module.Scheduler, "schedule", counting)
-    points = predict("offload512", STALLED_AT)
-    assert passes, "the self-preemption this case was kept for no longer happens"
-    assert set(points) == {"c1", "c8", "c16", "c24", "c32"}
-    assert all(m["throughput_per_gpu"] and m["throughput_per_gpu"] > 0 for m in points.values())
+def test_a_pass_after_a_self_preemption_admits_instead_of_stalling():
+    """A load can take the blocks the one running request will need: vLLM reserves blocks for
+    prefills in flight, not for decodes. When that request then needs a block, it is the
+    newest running request and preempts itself, and the step schedules nothing. vLLM schedules
+    the waiting requests on the next pass; so must the simulator (the engine once stopped here
+    as stalled, in a calibration step's offloading c24 point)."""
+    # 9 blocks of 16 tokens; without the whole-input reservation a load is admitted on its
+    # loaded blocks alone
+    pol = OffloadResidency(9, 16, cpu_blocks=100, block_bytes=100, h2d=Channel(1e9))
+    s = Scheduler(
+        pol, max_num_seqs=8, max_num_batched_tokens=160, mtp=Mtp(0, 1.0), reserve_full_isl=False
+    )
+    a = Request(0, 0, 1, 100, 40, 0.0)  # 7 blocks, decodes into an 8th at token 113
+    s.add(a)
+    s.update(s.schedule(0.0), 0.01)
+    pol.cpu.store(5, 2)
+    b = Request(1, 5, 1, 48, 4, 0.01)  # 3 blocks, 2 of them in the CPU pool
+    s.add(b)
+    s.update(s.schedule(0.01), 0.02)
+    assert b.blocks == 2 and b.load_until is not None  # loading: the last 2 free blocks
+    t, empty = 0.02, None
+    for _ in range(20):
+        batch = s.schedule(t)
+        if not batch:
+            empty = t
+            break
+        t += 0.01
+        s.update(batch, t)
+    # a needed its 8th block with none free and preempted itself; b, loaded, could not grow
+    assert empty is not None and s.preempted_in_last_schedule
+    assert a.preemptions == 1 and not s.running and [r.rid for r in s.waiting] == [0, 1]
+    batch = s.schedule(t)  # the next pass: b (holding blocks: first) takes a's and runs
+    assert [x.req.rid for x in batch] == [1] and b.blocks == 3
 
 
 def test_a_loaded_request_that_cannot_grow_keeps_its_blocks_and_waits():

@@ -53,11 +53,23 @@ def test_pool_from_kvcache_space_matches_the_servers_8192_blocks():
         ({"max-model-len": 4096}, None, "tiny:tiny-llama", "VLLM_CPU_KVCACHE_SPACE"),
         ({"num-gpu-blocks-override": 24}, None, "tiny:tiny-dsv3", "MLA"),
         ({"num-gpu-blocks-override": 24}, None, "zai-org/GLM-5.3", "tiny:NAME"),
+        (
+            {"scheduler-cls": "my.Scheduler", "max-model-len": 1920},
+            None,
+            "tiny:tiny-llama",
+            "scheduler-cls",
+        ),
     ],
 )
 def test_bad_cpu_profiles_are_errors_naming_the_key(serve, env, model, words):
     with pytest.raises(ConfigError, match=words):
         cpu_serve(profile(serve, env, model))
+
+
+def test_the_tracing_scheduler_is_vllms_own_and_changes_nothing_modelled():
+    traced = {"num-gpu-blocks-override": 16, "max-model-len": 1920}
+    traced["scheduler-cls"] = "repro_sched_trace.TracingScheduler"
+    assert cpu_serve(profile(traced)).usable_blocks == 15
 
 
 def test_manifest_workload_takes_the_assumed_reply_out_of_templated_counts(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from harness.sim.blocks import GpuPool
 from harness.sim.cost import step_stats
 from harness.sim.request import Request
-from harness.sim.residency import Channel, HiSparseResidency, OffloadResidency
+from harness.sim.residency import Channel, GpuResidency, HiSparseResidency, OffloadResidency
 from harness.sim.scheduler import Scheduled
 
 
@@ -138,3 +138,31 @@ def test_beside_hisparse_the_connector_stores_the_indexer_kv_every_step():
         assert pol.copies_submitted == (4 * 3 if every else 0)
         pol.release(req)  # the last store writes what the steps have not
         assert pol.indexer_cpu.lookup(1) == 4 and pol.copies_submitted == 4 * 3
+
+
+def test_with_an_mtp_drafter_the_last_block_of_a_hit_is_recomputed():
+    # vLLM 0.32.0 find_longest_cache_hit(drop_eagle_block): with an EAGLE/MTP drafter the hit
+    # stops one block short, whichever cache found it. A 600-token prompt whose conversation
+    # has 4 blocks of 128 cached could hit (600 - 1) // 128 = 4: 3 with the drafter.
+    gpu = GpuResidency(20, 128)
+    done = Request(0, conv=7, turn=1, prompt=520, max_out=10, arrival=0.0)
+    assert gpu.grow(done, 530)
+    done.computed, done.out = 529, 10
+    gpu.release(done)
+    nxt = Request(1, conv=7, turn=2, prompt=600, max_out=10, arrival=0.0)
+    assert gpu.lookup(nxt).gpu_blocks == 4
+    gpu.drop_last_hit_block = True
+    assert gpu.lookup(nxt).gpu_blocks == 3
+    # GPU 2 blocks, CPU 4: the hit is 4 long without the drafter (2 + 2 loaded), 3 with it,
+    # and the block given up is a loaded one
+    off = OffloadResidency(100, 128, cpu_blocks=50, block_bytes=10, h2d=Channel(1.0))
+    off.cpu.store(7, 4)
+    off.pool.release(2, conv=7, cache_blocks=2)
+    assert (off.lookup(nxt).gpu_blocks, off.lookup(nxt).external_blocks) == (2, 2)
+    off.drop_last_hit_block = True
+    hit = off.lookup(nxt)
+    assert (hit.gpu_blocks, hit.external_blocks, hit.load_bytes) == (2, 1, 10)
+    # a hit of one block leaves nothing
+    one = Request(2, conv=8, turn=2, prompt=300, max_out=10, arrival=0.0)
+    gpu.pool.release(1, conv=8, cache_blocks=1)
+    assert gpu.lookup(one).gpu_blocks == 0

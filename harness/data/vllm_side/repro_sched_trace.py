@@ -12,7 +12,8 @@ One JSON object per line in the file named by $REPRO_SCHED_TRACE:
 * `sched`: one `schedule()` call: tokens per request (`n`), the requests preempted in it
   (`pre`), and the free blocks after it;
 * `free`: a request left (finished or aborted), with its output length;
-* `upd`: one `update_from_output()` done (the step's end).
+* `upd`: one `update_from_output()` done (the step's end), with the tokens each request received
+  in it (`out`: with speculative decoding, 1 + the drafts accepted).
 Times are `time.monotonic()` seconds.
 """
 
@@ -50,6 +51,8 @@ class TracingScheduler(Scheduler):
                 "max_num_seqs": int(self.max_num_running_reqs),
                 "max_num_batched_tokens": int(self.max_num_scheduled_tokens),
                 "prefix_caching": bool(self.cache_config.enable_prefix_caching),
+                "spec_tokens": int(self.num_spec_tokens or 0),
+                "lookahead_tokens": int(self.num_lookahead_tokens or 0),
                 "free": self.kv_cache_manager.block_pool.get_num_free_blocks(),
             }
         )
@@ -97,5 +100,7 @@ class TracingScheduler(Scheduler):
 
     def update_from_output(self, *args: Any, **kwargs: Any) -> Any:
         result = super().update_from_output(*args, **kwargs)
-        self._write({"ev": "upd"})
+        # tokens each request received this step (with speculative decoding: 1 + accepted)
+        out = {o.request_id: len(o.new_token_ids) for eco in result.values() for o in eco.outputs}
+        self._write({"ev": "upd", "out": out})
         return result
