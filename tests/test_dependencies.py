@@ -18,6 +18,7 @@ BUILD_VENV_SCRIPTS = {
     "harness/serve/tiny/build_model_script.py",
     "harness/serve/vllm_probe.py",
     "harness/data/vllm_serve_options/generate.py",
+    "harness/data/vllm_side/repro_sched_trace.py",  # inside the server: --scheduler-cls
 }
 # Declared though no module imports them: what they are for.
 NOT_IMPORTED = {

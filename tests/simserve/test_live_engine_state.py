@@ -112,7 +112,8 @@ def test_without_a_stall_the_arrival_is_stamped_at_once_and_nothing_lags(monkeyp
 def test_a_preempted_first_turn_finds_the_blocks_it_computed_itself(profile):
     """A first turn matches no earlier history (its cap is 0 blocks), but once it has computed
     its prompt, a preemption leaves those blocks in the prefix cache, as vLLM does: readmitted,
-    it hits them instead of recomputing 5,000 tokens (offline does the same)."""
+    it hits them instead of recomputing 5,000 tokens (offline does the same), all but the last
+    block, which the MTP drafter has recomputed (vLLM's drop_eagle_block)."""
     engine = setup_from_profile(load_profile(profile)).build()
     live = LiveEngine(engine, time_scale=1.0, emit=lambda events: None)  # driven by hand
     handle = live.submit(_prompt(5_000, 0), 50)
@@ -130,4 +131,4 @@ def test_a_preempted_first_turn_finds_the_blocks_it_computed_itself(profile):
     live.sched._preempt(req)
     own = 5_000 // 64
     assert engine.residency.max_hit_blocks(req) == own
-    assert engine.residency.lookup(req).gpu_blocks == own
+    assert engine.residency.lookup(req).gpu_blocks == own - 1

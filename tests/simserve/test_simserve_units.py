@@ -185,7 +185,9 @@ def test_live_engine_streams_mtp_chunks_and_recognises_a_prefix():
         nxt = np.concatenate([history, np.arange(500, dtype=np.int32) + 20000])
         second = live.submit(Prompt(nxt, block_hashes(nxt, 64)), 10)
         assert live.done.wait(30)
-        assert second.cached_tokens == (len(history) // 64) * 64
+        # the history's full blocks, less the last, which the MTP drafter recomputes (vLLM's
+        # drop_eagle_block)
+        assert second.cached_tokens == (len(history) // 64 - 1) * 64
         assert first.cached_tokens == 0 and first.tpot_s and first.tpot_s > 0
         # vLLM observes finish - first scheduled: inside the request's end-to-end time
         assert first.inference_s is not None and first.e2e_s is not None
