@@ -3,13 +3,15 @@
 One call forms one step's batch:
 1. running requests first, in order: a decoding request asks for its verify width
    (1 + speculative tokens), a prefilling one for the rest of its input, both capped by the
-   token budget (chunked prefill). When the pool cannot grow a running request, the newest
-   running request is preempted (recompute: blocks freed but left in the prefix cache, request
-   back at the head of the waiting queue), until the request fits or is itself preempted;
+   token budget (chunked prefill), and every one reserves the drafter's lookahead slots. When
+   the pool cannot grow a running request, the newest running request is preempted
+   (recompute: blocks freed but left in the prefix cache, request back at the head of the
+   waiting queue), until the request fits or is itself preempted;
 2. only if nothing was preempted: waiting requests in FCFS order while the budget and
    `max_num_seqs` allow. A request is admitted only if its whole input fits
-   (`scheduler_reserve_full_isl`); a prefix found in a host pool is loaded asynchronously first
-   (the request waits, holding the blocks it loads into, and is skipped until the load is done).
+   (`scheduler_reserve_full_isl`) and its first chunk with the lookahead slots does; a prefix
+   found in a host pool is loaded asynchronously first (the request waits, holding the blocks
+   it loads into, and is skipped until the load is done).
 """
 
 from __future__ import annotations
