@@ -88,8 +88,9 @@ def test_streaming_chunks_usage_and_cached_tokens(server):
     usage2 = chunks2[-1]["usage"]
     assert usage2["prompt_tokens"] == len(counter.full_ids(turn2))
     cached = usage2["prompt_tokens_details"]["cached_tokens"]
-    # the history (prompt + reply) in full 64-token blocks is a prefix hit
-    assert cached == (usage["prompt_tokens"] + 60) // 64 * 64
+    # the history (prompt + reply) in full 64-token blocks is a prefix hit, less the last block,
+    # which hisparse384's MTP drafter recomputes (vLLM's drop_eagle_block)
+    assert cached == ((usage["prompt_tokens"] + 60) // 64 - 1) * 64
     no_usage = _stream(server.base_url, {**body, "stream_options": {"include_usage": False}})
     assert all("usage" not in c for c in no_usage)
 

@@ -96,8 +96,9 @@ def test_the_server_saw_each_pause_and_its_cache_survived_it(run):
         # (c) idle on the server for at least the drawn (virtual) pause
         assert after["arrival_s"] - before["end_s"] >= entry["pause_s"] - SLACK_S * K
         # the history the engine cached for the previous turn, in full blocks, was still there
+        # (all but the last, which the MTP drafter recomputes: vLLM's drop_eagle_block)
         history = before["prompt_tokens"] + before["output_tokens"]
-        assert after["cached_tokens"] == history // BLOCK * BLOCK > 0
+        assert after["cached_tokens"] == (history // BLOCK - 1) * BLOCK > 0
     # the usage chunk carried the engine's count, and the client kept it per request
     client = usage_by_request(run_dir, point)
     assert client == {k: e["cached_tokens"] for k, e in by_request.items()}
