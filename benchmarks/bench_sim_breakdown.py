@@ -12,7 +12,7 @@ Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_sim_breakdown.py [ARM ...
 
 from __future__ import annotations
 
-import sys
+import argparse
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -212,23 +212,35 @@ def report(arm: str, record: Any, log: PointLog) -> None:
 
 
 def main() -> None:
-    args = sys.argv[1:]
     global TIMELINE
-    TIMELINE = "--timeline" in args
-    args = [a for a in args if a != "--timeline"]
-    labels = {"c1", "c8", "c16"}
-    if "--points" in args:
-        i = args.index("--points")
-        labels = set(args[i + 1].split(","))
-        args = args[:i] + args[i + 2 :]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "arms", nargs="*", default=["hisparse384", "offload512"], help="serve profiles"
+    )
+    parser.add_argument("--points", default="c1,c8,c16", help="point labels, comma-separated")
+    parser.add_argument("--timeline", action="store_true", help="busy time per 10 s")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PARAM=VALUE",
+        help="a parameter over the calibration's (what-if; repeatable)",
+    )
+    args = parser.parse_args()
+    TIMELINE = args.timeline
     params: dict[str, float] = {}
-    while "--set" in args:  # --set name=value: a parameter over the calibration's (what-if)
-        i = args.index("--set")
-        name, value = args[i + 1].split("=")
-        params[name] = float(value)
-        args = args[:i] + args[i + 2 :]
-    for arm in args or ["hisparse384", "offload512"]:
-        run_arm(arm, labels, params)
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        try:
+            params[name] = float(value)
+        except ValueError:
+            parser.error(f"--set {item!r}: expected PARAM=NUMBER")
+        if not sep:
+            parser.error(f"--set {item!r}: expected PARAM=NUMBER")
+    for arm in args.arms:
+        if arm.startswith("c") and arm[1:].replace(",c", "").isdigit():
+            parser.error(f"{arm!r} is a point list, not a profile: use --points {arm}")
+        run_arm(arm, set(args.points.split(",")), params)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Prefix caching is per conversation: a conversation's turns re-send its history, so the blocks
 worth keeping for it are always a prefix of its token sequence, and one count per conversation
-says how many of its blocks are cached. Blocks are never shared between conversations (the
+says how many of its blocks are cached and hittable (blocks a hit left behind stay cached in
+their place, hittable by no one, until evicted). Blocks are never shared between conversations (the
 padded datasets make every conversation's first block unique).
 
 The two kinds of pool evict differently, as vLLM does:
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 class _Cached:
     blocks: int
     units_per_block: int
+    conv: int | None = None  # the conversation that can hit this run; None: no longer hittable
 
 
 class GpuPool:
@@ -34,7 +36,12 @@ class GpuPool:
             raise ValueError(f"GPU pool of {capacity} units: must be >= 1")
         self.capacity = capacity
         self.free = capacity  # units neither in use nor holding a cached block
-        self.cached: OrderedDict[int, _Cached] = OrderedDict()  # conv -> entry, LRU first
+        # Cached runs of blocks in the free queue, LRU first, keyed by a serial number; `live`
+        # maps a conversation to its hittable run. A run a request took only part of stays
+        # where it is, no longer hittable (see take_cached).
+        self.cached: OrderedDict[int, _Cached] = OrderedDict()
+        self.live: dict[int, int] = {}  # conv -> key of its run in `cached`
+        self._serial = 0
         self.cached_units = 0
         self.evicted_blocks = 0
         # HiSparse unpinned pages (vLLM 0.32.0 `BlockPool.unpin_blocks`, v1/core/block_pool.py):
@@ -72,8 +79,8 @@ class GpuPool:
             self.copies.move_to_end(conv)
 
     def cached_blocks(self, conv: int) -> int:
-        entry = self.cached.get(conv)
-        return entry.blocks if entry else 0
+        key = self.live.get(conv)
+        return self.cached[key].blocks if key is not None else 0
 
     def allocate(self, units: int) -> bool:
         """Take `units`, evicting cached blocks (LRU conversation, tail first) if needed.
@@ -88,7 +95,7 @@ class GpuPool:
             if not self.cached:  # unpinned pages are the last resort
                 self._reuse_copies(units - self.free)
                 continue
-            conv, entry = next(iter(self.cached.items()))
+            key, entry = next(iter(self.cached.items()))
             need = units - self.free
             take = min(entry.blocks, -(-need // entry.units_per_block))
             entry.blocks -= take
@@ -97,7 +104,7 @@ class GpuPool:
             self.free += freed
             self.evicted_blocks += take
             if entry.blocks == 0:
-                del self.cached[conv]
+                self._drop(key)
         self.free -= units
         return True
 
@@ -115,16 +122,30 @@ class GpuPool:
     def take_cached(self, conv: int, blocks: int) -> int:
         """Hand `blocks` of conv's cached prefix to a request; returns the units they hold.
 
-        The entry is consumed: cached blocks beyond the hit go back to the free units (the
-        request re-caches its own, longer prefix when it finishes).
+        The blocks beyond the hit stay cached where they are in the free queue, no longer
+        hittable by this conversation: vLLM takes only the hit's blocks out of the free queue
+        (`BlockPool.touch`), and the rest keep their place and are evicted in LRU order with
+        every other cached block (v1/core/block_pool.py). The request re-caches its own,
+        longer prefix when it finishes. (Until 2026-12-07 they went straight back to the free
+        units, evicted before any other conversation's blocks; the scheduler trace showed the
+        difference: docs/simulator.md §6c.)
         """
-        entry = self.cached.pop(conv, None)
-        if entry is None:
+        key = self.live.pop(conv, None)
+        if key is None:
             return 0
+        entry = self.cached[key]
+        entry.conv = None
         blocks = min(blocks, entry.blocks)
-        self.cached_units -= entry.blocks * entry.units_per_block
-        self.free += (entry.blocks - blocks) * entry.units_per_block
+        entry.blocks -= blocks
+        self.cached_units -= blocks * entry.units_per_block
+        if entry.blocks == 0:
+            del self.cached[key]
         return blocks * entry.units_per_block
+
+    def _drop(self, key: int) -> None:
+        entry = self.cached.pop(key)
+        if entry.conv is not None:
+            del self.live[entry.conv]
 
     def release(
         self,
@@ -134,17 +155,20 @@ class GpuPool:
         cache_blocks: int = 0,
         units_per_block: int = 1,
     ) -> None:
-        """Return `units`; `cache_blocks` of them (a prefix of conv) stay cached, MRU."""
+        """Return `units`; `cache_blocks` of them (a prefix of conv) stay cached, MRU. A run
+        of conv cached before stays where it is, no longer hittable (the new run is the longer
+        or the more recent copy of the same prefix)."""
         cache_units = cache_blocks * units_per_block if conv is not None else 0
         if cache_units > units:
             raise ValueError(f"caching {cache_units} units of a release of {units}")
         self.free += units - cache_units
         if cache_units and conv is not None:  # cache_units is 0 without a conversation
-            old = self.cached.pop(conv, None)
-            if old is not None:  # a stale shorter copy: drop it
-                self.cached_units -= old.blocks * old.units_per_block
-                self.free += old.blocks * old.units_per_block
-            self.cached[conv] = _Cached(cache_blocks, units_per_block)
+            old = self.live.pop(conv, None)
+            if old is not None:
+                self.cached[old].conv = None
+            self._serial += 1
+            self.cached[self._serial] = _Cached(cache_blocks, units_per_block, conv)
+            self.live[conv] = self._serial
             self.cached_units += cache_units
 
     def check(self) -> None:
@@ -152,6 +176,8 @@ class GpuPool:
         copies = sum(e.blocks * e.units_per_block for e in self.copies.values())
         if total != self.cached_units or copies != self.copy_units:
             raise AssertionError(f"pool accounting broken: cached {total}, copies {copies}")
+        if any(self.cached[key].conv != conv for conv, key in self.live.items()):
+            raise AssertionError("pool accounting broken: a conversation's run is not its own")
         if self.free < 0 or self.used < 0:
             raise AssertionError(
                 f"pool accounting broken: free {self.free}, cached {self.cached_units} "

@@ -387,17 +387,23 @@ class ResentResidency(GpuResidency):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.hittable: dict[int, int] = {}  # conv -> blocks its next turn can hit
+        # rid -> blocks of its prompt equal to its conversation's last cached run, where the
+        # caller knows the tokens (a scheduler trace's block hashes: the re-tokenised reply
+        # can keep its first tokens, and a block of them then hits too); it replaces
+        # `hittable` for that request's first admission.
+        self.matched: dict[int, int] = {}
 
     def release(self, req: Request) -> None:
         if req.done:
             self.hittable[req.conv] = min(req.computed, req.prompt) // self.block_tokens
         else:
             self.hittable.pop(req.conv, None)
+        self.matched.pop(req.rid, None)  # resumed after a preemption: its own blocks hit
         super().release(req)
 
     def lookup(self, req: Request) -> Hit:
         hit = super().lookup(req)
-        cap = self.hittable.get(req.conv)
+        cap = self.matched.get(req.rid, self.hittable.get(req.conv))
         if cap is None or hit.gpu_blocks <= cap:
             return hit
         return replace(hit, gpu_blocks=cap)

@@ -11,7 +11,11 @@ judges the rest (speeds and out-of-engine times) separately.
 
 A request's conversation is known by its first block's token ids (the trace's `key`), which is
 the prefix-cache identity vLLM hashes; a finished turn leaves its prompt's full blocks reusable
-(`parity.ResentResidency`: the next turn re-sends the reply as re-tokenised text).
+(`parity.ResentResidency`: the next turn re-sends the reply as re-tokenised text). A trace with
+block hashes (`blocks` in its `add` and `free` records) says exactly how many leading blocks
+a turn shares with its conversation's last finished one: the re-tokenised reply often keeps
+its first tokens, and a block holding them then hits too. Which of those blocks are still
+cached is the simulator's to decide.
 """
 
 from __future__ import annotations
@@ -186,6 +190,15 @@ def _drop(sched: Scheduler, req: Request) -> None:
     sched.residency.release(req)
 
 
+def _shared_prefix(a: list[str], b: list[str]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def check_trace(path: Path | str, *, keep: int = 20) -> TraceCheck:
     """Replay `path` through the simulator's scheduler; compare every step with vLLM's."""
     path = Path(path)
@@ -204,6 +217,7 @@ def check_trace(path: Path | str, *, keep: int = 20) -> TraceCheck:
     by_id: dict[str, Request] = {}
     ids: dict[int, str] = {}
     convs: dict[str, int] = {}
+    last_blocks: dict[int, list[str]] = {}  # conv -> block hashes of its last finished request
     batch: list[Scheduled] = []
     for event in events:
         kind = event["ev"]
@@ -221,6 +235,8 @@ def check_trace(path: Path | str, *, keep: int = 20) -> TraceCheck:
             )
             by_id[rid], ids[req.rid] = req, rid
             result.names[rid] = f"R{req.rid}"
+            if "blocks" in event and conv in last_blocks:
+                residency.matched[req.rid] = _shared_prefix(event["blocks"], last_blocks[conv])
             result.requests += 1
             sched.add(req)
         elif kind == "sched":
@@ -254,6 +270,8 @@ def check_trace(path: Path | str, *, keep: int = 20) -> TraceCheck:
         elif kind == "free":
             result.real_finished += 1
             gone = by_id.get(event["id"])
+            if gone is not None and "blocks" in event and event.get("status") != ABORTED:
+                last_blocks[gone.conv] = list(event["blocks"])
             if event.get("status") == ABORTED and gone is not None and not gone.done:
                 _drop(sched, gone)
                 batch = [item for item in batch if item.req is not gone]

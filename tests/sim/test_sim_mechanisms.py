@@ -43,8 +43,26 @@ def test_gpu_pool_evicts_cached_tail_first_and_only_when_needed():
     assert pool.cached_blocks(1) == 5
     assert pool.allocate(7)  # 5 free + 2 evicted from conv 1's tail
     assert pool.cached_blocks(1) == 3 and pool.evicted_blocks == 2
-    assert pool.take_cached(1, 2) == 2  # hit of 2 blocks; the third goes back to free
-    assert (pool.free, pool.cached_units, pool.used) == (1, 0, 9)
+    assert pool.take_cached(1, 2) == 2  # hit of 2 blocks; the third stays cached, unhittable
+    assert (pool.free, pool.cached_units, pool.used) == (0, 1, 9)
+    assert pool.cached_blocks(1) == 0
+    pool.check()
+
+
+def test_blocks_a_hit_leaves_behind_keep_their_place_in_the_eviction_order():
+    """vLLM takes only a hit's blocks out of the free queue: a run's blocks beyond the hit stay
+    where they were, so an older conversation's blocks are evicted before them."""
+    pool = GpuPool(10)
+    assert pool.allocate(4)
+    pool.release(4, conv=2, cache_blocks=4)  # conv 2 cached first: least recently used
+    assert pool.allocate(6)
+    pool.release(6, conv=1, cache_blocks=6)
+    assert pool.take_cached(1, 4) == 4  # conv 1's next turn shares 4 of its 6 blocks
+    assert (pool.free, pool.cached_units, pool.used) == (0, 6, 4)
+    assert pool.allocate(3)  # conv 2's tail goes first, not conv 1's 2 leftover blocks
+    assert pool.cached_blocks(2) == 1 and pool.evicted_blocks == 3
+    assert pool.allocate(3)  # conv 2's last block, then the leftovers
+    assert (pool.cached_blocks(2), pool.cached_units, pool.evicted_blocks) == (0, 0, 6)
     pool.check()
 
 

@@ -6,14 +6,16 @@ before its turn 2 (a per-turn think-time file); nobody else pauses.
 
 Offloading, by hand: after turn 1, conversation 0 leaves 30,220 // 64 = 472 full blocks in the
 GPU prefix cache (and stores them to the CPU pool). During its pause conversation 1 finishes
-(31,660 tokens: 494 cached blocks) and conversation 2 starts, growing to 31,660 tokens = 495
-blocks. Only 1,100 - 472 - 494 = 134 blocks are free and uncached, so 495 - 134 = 361 of
-conversation 0's blocks are evicted (the least recently used: its own are older than
-conversation 1's). Its turn 2 then finds 472 - 361 = 111 blocks on the GPU and the other 361 in
-the CPU pool, and with the MTP drafter vLLM recomputes a hit's last block (drop_eagle_block), so
-it loads 360: 360 x the residency's bytes per block, the point's whole `offload_load_gib`.
-Without the pause the same sweep loads nothing, and the turn's TTFT grows by the worker's
-submission of the copy (360 blocks x 101 layer pages x 0.55 us = 20 ms) plus the copy time
+(31,660 tokens: 494 cached blocks) and conversation 2 runs all three turns, growing to 31,660
+tokens = 495 blocks. With the MTP drafter vLLM recomputes a hit's last block (drop_eagle_block),
+so each of those two conversations' turns 2 and 3 leaves its previous run's last block behind:
+cached where it was, newer than conversation 0's blocks, hittable by no one (4 blocks). Only
+1,100 - 472 - 494 - 4 = 130 blocks are free and uncached, so 495 - 130 = 365 of conversation
+0's blocks are evicted (the least recently used). Its turn 2 then finds 472 - 365 = 107 blocks
+on the GPU and the rest in the CPU pool, and hits 471 blocks in all (the drafter's dropped
+block), so it loads 364: 364 x the residency's bytes per block, the point's whole
+`offload_load_gib`. Without the pause the same sweep loads nothing, and the turn's TTFT grows by the worker's
+submission of the copy (364 blocks x 101 layer pages x 0.55 us = 20 ms) plus the copy time
 (bytes / PCIe bytes per second).
 HiSparse (vLLM 0.32 residency, 26,000 pool blocks; a 31,660-token conversation holds 495 x 22 =
 10,890 of them resident: two conversations fit, three do not): conversation 2
@@ -92,14 +94,14 @@ def test_offloading_reloads_the_evicted_blocks_of_a_paused_session(files, tmp_pa
     assert plain.metrics["offload_load_gib"] == 0.0
     loaded = paused.metrics["offload_load_gib"] * 2**30
     per_block, pcie, submit = engine_facts(run)
-    assert loaded == pytest.approx(360 * per_block, rel=1e-12)
+    assert loaded == pytest.approx(364 * per_block, rel=1e-12)
     assert submit == pytest.approx(101 * 0.55e-6)  # 101 layer pages a block, 0.55 us each
     assert paused_t.loc[(0, 2), "think_s"] == 30.0
     # the reload is on that turn's first token: it arrives later than the same turn's without
-    # the pause by the worker's submission of the 360 blocks' descriptors, then their PCIe copy
-    # (360 blocks / the channel's bytes per second)
+    # the pause by the worker's submission of the 364 blocks' descriptors, then their PCIe copy
+    # (364 blocks / the channel's bytes per second)
     delay = paused_t.loc[(0, 2), "ttft_s"] - plain_t.loc[(0, 2), "ttft_s"]
-    assert delay == pytest.approx(360 * submit + loaded / pcie, rel=0.05)
+    assert delay == pytest.approx(364 * submit + loaded / pcie, rel=0.05)
     # conversation 2, which ran during the pause, pays nothing
     assert paused_t.loc[(2, 2), "ttft_s"] == pytest.approx(plain_t.loc[(2, 2), "ttft_s"])
     assert paused.metrics["prefix_cache_hit_rate"] < plain.metrics["prefix_cache_hit_rate"]

@@ -150,3 +150,43 @@ def test_a_recorded_vllm_mtp_trace_is_replayed_exactly():
     assert check.header.spec_tokens == 1
     assert (check.requests, check.steps, check.real_preemptions) == (61, 4050, 23)
     assert check.exact, [d.describe(check.names) for d in check.divergences]
+
+
+def _resent_reply_trace(with_hashes: bool) -> list[dict]:
+    """One conversation, two turns, in a 4-block pool. Turn 1 (A): 250 prompt tokens, a 10-token
+    reply; its 260 tokens fill 2 blocks, the second holding prompt tokens 128-249 and the reply's
+    first 6. Turn 2 (B) re-sends the reply as text: 300 tokens, and here the re-tokenised reply
+    kept its first 6 tokens, so B's first two blocks hash as A's did and vLLM hits both: it
+    computes 300 - 256 = 44 tokens. Without the hashes the replay can only assume the reply
+    changed and caps the hit at A's one full prompt block (172 tokens computed)."""
+    r: list[dict] = [HEADER]
+    add_a = {"ev": "add", "id": "A", "prompt": 250, "max": 10, "key": "a", "t": 0.1}
+    add_b = {"ev": "add", "id": "B", "prompt": 300, "max": 2, "key": "a"}
+    free_a = {"ev": "free", "id": "A", "out": 10, "status": "FINISHED_LENGTH_CAPPED"}
+    free_b = {"ev": "free", "id": "B", "out": 2, "status": "FINISHED_LENGTH_CAPPED"}
+    if with_hashes:
+        add_a["blocks"], free_a["blocks"] = ["h0"], ["h0", "h1"]
+        add_b["blocks"], free_b["blocks"] = ["h0", "h1"], ["h0", "h1"]
+    r.append(add_a)
+    t = _steps(r, 0.2, [({"A": 250}, [])] + [({"A": 1}, [])] * 8)
+    r.append({"ev": "sched", "t0": t, "n": {"A": 1}, "pre": [], "free": 0, "t": t})
+    r.append({**free_a, "t": t})
+    r.append({"ev": "upd", "t": t + 0.001})
+    r.append({**add_b, "t": t + 0.002})
+    t = _steps(r, t + 0.003, [({"B": 44}, [])])
+    r.append({"ev": "sched", "t0": t, "n": {"B": 1}, "pre": [], "free": 0, "t": t})
+    r.append({**free_b, "t": t})
+    r.append({"ev": "upd", "t": t + 0.001})
+    return r
+
+
+def test_block_hashes_say_how_much_of_a_resent_reply_hits(tmp_path):
+    check = check_trace(_write(tmp_path / "h.jsonl", _resent_reply_trace(with_hashes=True)))
+    assert check.exact, [d.describe(check.names) for d in check.divergences]
+    assert (check.requests, check.steps) == (2, 12)
+
+
+def test_without_block_hashes_a_resent_reply_is_assumed_not_to_hit(tmp_path):
+    check = check_trace(_write(tmp_path / "n.jsonl", _resent_reply_trace(with_hashes=False)))
+    (diverged,) = check.divergences
+    assert (diverged.real, diverged.sim) == ({"B": 44}, {"B": 172})

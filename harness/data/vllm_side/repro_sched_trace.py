@@ -8,10 +8,12 @@ standard library, and changes no decision: every method calls vLLM's and then re
 One JSON object per line in the file named by $REPRO_SCHED_TRACE:
 * `{"ev": "trace", "version": 1, ...}` first: the pool and scheduler limits;
 * `add`: a request entered the scheduler (`key`: a digest of its first block's token ids,
-  the prefix-cache identity of its conversation);
+  the prefix-cache identity of its conversation; `blocks`: the first 6 bytes of each full
+  prompt block's prefix-cache hash, so a replay knows which blocks two turns share);
 * `sched`: one `schedule()` call: tokens per request (`n`), the requests preempted in it
   (`pre`), and the free blocks after it;
-* `free`: a request left (finished or aborted), with its output length;
+* `free`: a request left (finished or aborted), with its output length and the short hashes of
+  all its full blocks, the reply's included (`blocks`);
 * `upd`: one `update_from_output()` done (the step's end), with the tokens each request received
   in it (`out`: with speculative decoding, 1 + the drafts accepted).
 Times are `time.monotonic()` seconds.
@@ -33,6 +35,11 @@ TRACE_VERSION = 1
 def _first_block_key(token_ids: Any, block_tokens: int) -> str:
     head = list(token_ids[:block_tokens])
     return hashlib.sha256(json.dumps(head).encode()).hexdigest()[:16]
+
+
+def _short_hashes(request: Any) -> list[str]:
+    # vLLM keeps one prefix-cache hash per full block of the request's tokens (Request.block_hashes)
+    return [bytes(h)[:6].hex() for h in getattr(request, "block_hashes", ())]
 
 
 class TracingScheduler(Scheduler):
@@ -70,6 +77,7 @@ class TracingScheduler(Scheduler):
                 "prompt": request.num_prompt_tokens,
                 "max": request.max_tokens,
                 "key": _first_block_key(request.prompt_token_ids or [], self._block_tokens),
+                "blocks": _short_hashes(request),
             }
         )
 
@@ -94,6 +102,7 @@ class TracingScheduler(Scheduler):
                 "id": request.request_id,
                 "out": request.num_output_tokens,
                 "status": str(request.status.name),
+                "blocks": _short_hashes(request),
             }
         )
         return super()._free_request(request, *args, **kwargs)
