@@ -126,9 +126,9 @@ class GpuPool:
         hittable by this conversation: vLLM takes only the hit's blocks out of the free queue
         (`BlockPool.touch`), and the rest keep their place and are evicted in LRU order with
         every other cached block (v1/core/block_pool.py). The request re-caches its own,
-        longer prefix when it finishes. (Until 2026-12-07 they went straight back to the free
-        units, evicted before any other conversation's blocks; the scheduler trace showed the
-        difference: docs/simulator.md §6c.)
+        longer prefix when it finishes. (Until the evening of 2026-12-06 they went straight
+        back to the free units, evicted before any other conversation's blocks; the scheduler
+        trace showed the difference: docs/simulator.md §6c.)
         """
         key = self.live.pop(conv, None)
         if key is None:
