@@ -3,6 +3,7 @@ would record for small pools, worked out by hand from its scheduler rules."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -190,3 +191,27 @@ def test_without_block_hashes_a_resent_reply_is_assumed_not_to_hit(tmp_path):
     check = check_trace(_write(tmp_path / "n.jsonl", _resent_reply_trace(with_hashes=False)))
     (diverged,) = check.divergences
     assert (diverged.real, diverged.sim) == ({"B": 44}, {"B": 172})
+
+
+POOL32 = Path(__file__).parent / "data" / "pool32-hashes-sched-trace.jsonl.gz"
+
+
+def test_a_recorded_trace_with_block_hashes_is_replayed_exactly(tmp_path):
+    """A real trace (tests/sim/data): the first 6,300 steps of the parity benchmark's pool-32
+    server (vLLM 0.32.0 CPU, cpu-tiny, 32 blocks of 128 tokens, c4 then c8, 192-token replies),
+    recorded 2026-12-06 with block hashes. It fails without the blocks a hit leaves behind
+    keeping their place (step 6,233: a prefill 128 tokens longer in vLLM) and, as below,
+    without the hashes (docs/simulator.md §6c, rules 5 and 6)."""
+    check = check_trace(POOL32)
+    assert (check.requests, check.steps, check.real_preemptions) == (74, 6300, 5)
+    assert check.exact, [d.describe(check.names) for d in check.divergences]
+
+    with gzip.open(POOL32, "rt", encoding="utf-8") as handle:
+        records = [json.loads(line) for line in handle]
+    for record in records:
+        record.pop("blocks", None)
+    blind = check_trace(_write(tmp_path / "blind.jsonl", records))
+    assert blind.divergent_steps >= 1
+    first = blind.divergences[0]
+    # vLLM hit one block more than the previous prompt's: the re-sent reply kept its first tokens
+    assert any(first.sim[k] - first.real[k] == 128 for k in first.real)
