@@ -92,6 +92,10 @@ class TraceCheck:
     real_finished: int = 0
     sim_finished: int = 0
     divergent_steps: int = 0
+    # with block hashes: later turns, and those sharing more blocks with their conversation's
+    # last request than that request's full prompt blocks (its reply's first tokens came back)
+    hashed_turns: int = 0
+    reply_hits: int = 0
     divergences: list[Divergence] = field(default_factory=list)  # the first `keep`
     names: dict[str, str] = field(default_factory=dict)  # request id -> R<n>, in arrival order
 
@@ -107,6 +111,12 @@ class TraceCheck:
             f"finished vLLM {self.real_finished}, simulator {self.sim_finished} "
             f"(pool {self.header.num_blocks} blocks of {self.header.block_tokens} tokens, "
             f"max-num-batched-tokens {self.header.max_num_batched_tokens})"
+            + (
+                f"; block hashes: {self.reply_hits} of {self.hashed_turns} later turns share "
+                "a block of their previous turn's reply"
+                if self.hashed_turns
+                else ""
+            )
         )
 
 
@@ -214,7 +224,8 @@ def check_trace(path: Path | str, *, keep: int = 20) -> TraceCheck:
     by_id: dict[str, Request] = {}
     ids: dict[int, str] = {}
     convs: dict[str, int] = {}
-    last_blocks: dict[int, list[str]] = {}  # conv -> block hashes of its last finished request
+    # conv -> (prompt tokens, block hashes) of its last finished request
+    last_blocks: dict[int, tuple[int, list[str]]] = {}
     batch: list[Scheduled] = []
     for event in events:
         kind = event["ev"]
@@ -233,7 +244,11 @@ def check_trace(path: Path | str, *, keep: int = 20) -> TraceCheck:
             by_id[rid], ids[req.rid] = req, rid
             result.names[rid] = f"R{req.rid}"
             if "blocks" in event and conv in last_blocks:
-                residency.matched[req.rid] = _shared_prefix(event["blocks"], last_blocks[conv])
+                last_prompt, last_hashes = last_blocks[conv]
+                shared = _shared_prefix(event["blocks"], last_hashes)
+                residency.matched[req.rid] = shared
+                result.hashed_turns += 1
+                result.reply_hits += shared > last_prompt // header.block_tokens
             result.requests += 1
             sched.add(req)
         elif kind == "sched":
@@ -268,7 +283,7 @@ def check_trace(path: Path | str, *, keep: int = 20) -> TraceCheck:
             result.real_finished += 1
             gone = by_id.get(event["id"])
             if gone is not None and "blocks" in event and event.get("status") != ABORTED:
-                last_blocks[gone.conv] = list(event["blocks"])
+                last_blocks[gone.conv] = (gone.prompt, list(event["blocks"]))
             if event.get("status") == ABORTED and gone is not None and not gone.done:
                 _drop(sched, gone)
                 batch = [item for item in batch if item.req is not gone]

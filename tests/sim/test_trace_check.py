@@ -185,10 +185,15 @@ def test_block_hashes_say_how_much_of_a_resent_reply_hits(tmp_path):
     check = check_trace(_write(tmp_path / "h.jsonl", _resent_reply_trace(with_hashes=True)))
     assert check.exact, [d.describe(check.names) for d in check.divergences]
     assert (check.requests, check.steps) == (2, 12)
+    assert (check.reply_hits, check.hashed_turns) == (1, 1)
+    assert "block hashes: 1 of 1 later turns share a block of their previous turn's reply" in (
+        check.summary()
+    )
 
 
 def test_without_block_hashes_a_resent_reply_is_assumed_not_to_hit(tmp_path):
     check = check_trace(_write(tmp_path / "n.jsonl", _resent_reply_trace(with_hashes=False)))
+    assert check.hashed_turns == 0 and "block hashes" not in check.summary()
     (diverged,) = check.divergences
     assert (diverged.real, diverged.sim) == ({"B": 44}, {"B": 172})
 
@@ -205,6 +210,7 @@ def test_a_recorded_trace_with_block_hashes_is_replayed_exactly(tmp_path):
     check = check_trace(POOL32)
     assert (check.requests, check.steps, check.real_preemptions) == (74, 6300, 5)
     assert check.exact, [d.describe(check.names) for d in check.divergences]
+    assert (check.reply_hits, check.hashed_turns) == (6, 47)
 
     with gzip.open(POOL32, "rt", encoding="utf-8") as handle:
         records = [json.loads(line) for line in handle]
