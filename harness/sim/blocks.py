@@ -3,8 +3,8 @@
 Prefix caching is per conversation: a conversation's turns re-send its history, so the blocks
 worth keeping for it are always a prefix of its token sequence, and one count per conversation
 says how many of its blocks are cached and hittable (blocks a hit left behind stay cached in
-their place, hittable by no one, until evicted). Blocks are never shared between conversations (the
-padded datasets make every conversation's first block unique).
+their place, hittable by no one, until evicted). Blocks are never shared between conversations
+(the padded datasets make every conversation's first block unique).
 
 The two kinds of pool evict differently, as vLLM does:
 * GPU (`GpuPool`): a finished request's blocks join the free queue tail-first, so eviction takes

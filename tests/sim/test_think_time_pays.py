@@ -12,11 +12,11 @@ so each of those two conversations' turns 2 and 3 leaves its previous run's last
 cached where it was, newer than conversation 0's blocks, hittable by no one (4 blocks). Only
 1,100 - 472 - 494 - 4 = 130 blocks are free and uncached, so 495 - 130 = 365 of conversation
 0's blocks are evicted (the least recently used). Its turn 2 then finds 472 - 365 = 107 blocks
-on the GPU and the rest in the CPU pool, and hits 471 blocks in all (the drafter's dropped
-block), so it loads 364: 364 x the residency's bytes per block, the point's whole
-`offload_load_gib`. Without the pause the same sweep loads nothing, and the turn's TTFT grows by the worker's
-submission of the copy (364 blocks x 101 layer pages x 0.55 us = 20 ms) plus the copy time
-(bytes / PCIe bytes per second).
+on the GPU and the rest in the CPU pool, and hits 471 blocks in all (472 less the block the
+drafter recomputes), so it loads 364: 364 x the residency's bytes per block, the point's whole
+`offload_load_gib`. Without the pause the same sweep loads nothing, and the turn's TTFT grows
+by the worker's submission of the copy (364 blocks x 101 layer pages x 0.55 us = 20 ms) plus
+the copy time (bytes / PCIe bytes per second).
 HiSparse (vLLM 0.32 residency, 26,000 pool blocks; a 31,660-token conversation holds 495 x 22 =
 10,890 of them resident: two conversations fit, three do not): conversation 2
 runs during the pause and the pool reuses conversation 0's released pages; its turn 2 stages the
