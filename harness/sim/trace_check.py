@@ -167,6 +167,9 @@ def read_trace(path: Path | str) -> tuple[TraceHeader, list[dict[str, Any]]]:
         elif header is None:
             raise ConfigError(f"{path}:{number}: {record['ev']!r} before the trace header")
         else:
+            hashes = record.get("blocks", [])
+            if not isinstance(hashes, list) or not all(isinstance(h, str) for h in hashes):
+                raise ConfigError(f"{path}:{number}: 'blocks' is not a list of block hashes")
             events.append(record)
     if header is None:
         raise ConfigError(f"{path}: no trace header (was the server started with the tracer?)")

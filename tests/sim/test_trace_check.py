@@ -131,6 +131,10 @@ def test_a_line_cut_short_by_a_killed_server_ends_the_trace(tmp_path):
             "t.jsonl:2: not a JSON line",
         ),
         ([json.dumps(HEADER), "[1, 2]"], "t.jsonl:2: not a trace record"),
+        (
+            [json.dumps(HEADER), json.dumps({"ev": "add", "blocks": "h0h1", "t": 1.0})],
+            "t.jsonl:2: 'blocks' is not a list of block hashes",
+        ),
         ([], "no trace header"),
     ],
 )
