@@ -223,16 +223,22 @@ class PrefixLru:
     def store(self, conv: int, blocks: int) -> int:
         """Hold conv's first `blocks` blocks (MRU); returns how many new blocks were written."""
         blocks = min(blocks, self.capacity)
-        entry = self.entries.pop(conv, None)
-        have = 0 if entry is None else entry.blocks
-        blocks = max(blocks, have)  # a shorter store refreshes, it does not shrink
+        entry = self.entries.get(conv)
+        if entry is None:
+            have = 0
+            self.entries[conv] = _Stored(blocks)
+        else:  # called every step per request: refresh in place
+            have = entry.blocks
+            self.entries.move_to_end(conv)
+            entry.blocks = blocks = max(blocks, have)  # a shorter store does not shrink
         self.used += blocks - have
-        self.entries[conv] = _Stored(blocks)
         self._evict_to_fit(keep=conv)
         stored = self.entries.get(conv)
         return max(0, (stored.blocks if stored else 0) - have)
 
     def _evict_to_fit(self, keep: int) -> None:
+        if self.used <= self.capacity:
+            return
         for conv in list(self.entries):
             if self.used <= self.capacity:
                 return
