@@ -90,7 +90,8 @@ def check_targets(runs: dict[str, list[dict]]) -> None:
     from harness.sim.calibrate import load_targets
 
     limits = {"occupancy": 0.10, "interactivity": 0.15, "throughput_per_gpu": 0.15}
-    misses = 0
+    misses = within_precision = 0
+    print("occupancy read by the run's own 30 s scrape, at phase 0 (every phase: below)")
     print(f"{'arm':12} {'point':5} {'metric':20} {'published':>9} {'sim':>9} {'error':>7}")
     for target in load_targets():
         sim = {p["label"]: p["metrics"] for p in runs[target.profile]}
@@ -98,12 +99,32 @@ def check_targets(runs: dict[str, list[dict]]) -> None:
             for metric, value in published.items():
                 err = sim[label][metric] / value - 1.0
                 flag = "" if abs(err) <= limits[metric] else "  MISSES TARGET"
+                if flag and abs(nearest_error(metric, value, sim[label][metric])) <= limits[metric]:
+                    flag += " (inside against the published value's precision)"
+                    within_precision += 1
                 misses += bool(flag)
                 print(
                     f"{target.profile:12} {label:5} {metric:20} {value:9.1f} "
                     f"{sim[label][metric]:9.1f} {100 * err:+6.1f}%{flag}"
                 )
-    print(f"points outside the targets: {misses}")
+    print(
+        f"points outside the targets: {misses}, of which {within_precision} inside once the "
+        "published value's own precision is allowed (labels to 0.1, coordinates +-0.5 %)"
+    )
+
+
+def nearest_error(metric: str, published: float, simulated: float) -> float:
+    """The relative error against the end of the published value's precision range nearest to
+    the simulated value: occupancy is printed to one decimal, the Pareto coordinates were read
+    off the figure's pixels to about +-0.5 % (calibrate.READOFF)."""
+    from harness.sim.calibrate import READOFF
+
+    if metric == "occupancy":
+        low, high = published - 0.05, published + 0.05
+    else:
+        low, high = published * (1 - READOFF[metric]), published * (1 + READOFF[metric])
+    nearest = min(max(simulated, low), high)
+    return simulated / nearest - 1.0
 
 
 def check_occupancy_phases(calibration: Path | None) -> None:
@@ -113,23 +134,36 @@ def check_occupancy_phases(calibration: Path | None) -> None:
 
     from harness.sim.calibrate import load_targets
 
-    misses = 0
-    print(f"{'arm':12} {'point':5} {'published':>9} {'1 s mean':>8} {'error':>7}   30 s phases")
+    misses = {"time-weighted": 0, "phase mean": 0}
+    print(
+        f"{'arm':12} {'point':5} {'published':>9} {'1 s mean':>8} {'error':>7} "
+        f"{'phase mean':>10} {'error':>7}   30 s phases"
+    )
     for target in load_targets():
         readings = phase_readings(target.profile, calibration)
         for label, published in target.points.items():
             r = readings[label]
             if r.time_weighted is None or "occupancy" not in published:
                 continue
+            # the phase mean is what the fit compares (calibrate.phase_read_occupancy)
+            phase_mean = sum(r.by_phase.values()) / len(r.by_phase)
             err = r.time_weighted / published["occupancy"] - 1.0
-            flag = "" if abs(err) <= 0.10 else "  MISSES TARGET"
-            misses += bool(flag)
+            err_phases = phase_mean / published["occupancy"] - 1.0
+            flag = ""
+            for reading, e in (("time-weighted", err), ("phase mean", err_phases)):
+                if abs(e) > 0.10:
+                    misses[reading] += 1
+                    flag += f"  MISSES TARGET ({reading})"
             low, _, high = r.spread
             print(
                 f"{target.profile:12} {label:5} {published['occupancy']:9.1f} "
-                f"{r.time_weighted:8.2f} {100 * err:+6.1f}%   {low:.2f}-{high:.2f}{flag}"
+                f"{r.time_weighted:8.2f} {100 * err:+6.1f}% {phase_mean:10.2f} "
+                f"{100 * err_phases:+6.1f}%   {low:.2f}-{high:.2f}{flag}"
             )
-    print(f"occupancy outside +-10 % when read time-weighted: {misses}")
+    print(
+        "occupancy outside +-10 %: "
+        + ", ".join(f"read {reading}: {n}" for reading, n in misses.items())
+    )
 
 
 def check_single_stream(runs: dict[str, list[dict]], calibration: Path | None) -> None:
